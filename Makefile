@@ -1,0 +1,34 @@
+# Two entry points (README quickstart): `make run` and `make test`.
+# Each creates/reuses the local virtual environment .venv from the pinned lock.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test venv lock clean-results
+
+venv: $(STAMP)
+
+$(STAMP): envs/requirements.lock pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r envs/requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+run: venv
+	$(PY) -m timestep_lab prepare digits --out data/prepared/digits-train --split train
+	$(PY) -m timestep_lab train --config config/digits-run.yaml --out results/digits-run
+	$(PY) -m timestep_lab sample --model results/digits-run/model.pt --out results/digits-run/samples.npz --grid results/digits-run/samples.png
+	@echo "samples: results/digits-run/samples.png"
+
+test: venv
+	$(PY) -m pytest -x -q
+
+# Re-resolve the lock from pyproject.toml (needs the package registry).
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet -e '.[dev,diffusers]'
+	{ sed -n '1,3p' envs/requirements.lock; .lock-venv/bin/pip freeze --exclude-editable | grep -v '^timestep-lab'; } > envs/requirements.lock.new
+	mv envs/requirements.lock.new envs/requirements.lock && rm -rf .lock-venv

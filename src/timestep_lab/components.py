@@ -1,0 +1,86 @@
+"""Build the objects of a run from its config, and check a config against every registry.
+
+:func:`check_config` is what "fail before any job runs" means: the CLI and the Snakefile call
+it on every run config, so an unknown sampler name or an impossible parameter is reported with
+its key (``timesteps.params.lam``) before anything trains.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from timestep_lab.config import ConfigError, RunConfig
+from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.models import MODELS
+from timestep_lab.optim import OPTIM_SCHEDULES
+from timestep_lab.predictions import PREDICTIONS, Prediction
+from timestep_lab.schedules import SCHEDULES, get_schedule
+from timestep_lab.timesteps import SAMPLERS, TimestepSampler, make_sampler
+from timestep_lab.weighting import WEIGHTINGS, Weighting, make_weighting
+
+__all__ = ["check_config", "build_diffusion", "build_model", "build_prediction", "build_sampler", "build_weighting"]
+
+
+def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
+    """Validate registry names and parameters of ``cfg``; raise :class:`ConfigError` naming the key.
+
+    Constructs the (cheap) schedule, weighting and sampler once so that parameter checks that
+    depend on T (e.g. a slot range outside [0, T-1]) are caught too.
+    """
+    d = cfg.diffusion
+    SCHEDULES.params(d.schedule, d.schedule_params, key="diffusion.schedule_params", source=source)
+    PREDICTIONS.params(d.prediction, None, key="diffusion.prediction_params", source=source)
+    SAMPLERS.params(cfg.timesteps.name, cfg.timesteps.params, key="timesteps.params", source=source)
+    WEIGHTINGS.params(cfg.weighting.name, cfg.weighting.params, key="weighting.params", source=source)
+    OPTIM_SCHEDULES.params(cfg.optim.schedule.name, cfg.optim.schedule.params, key="optim.schedule.params", source=source)
+    MODELS.params(cfg.model.name, None, key="model.params", source=source)
+    try:
+        alpha_bar = get_schedule(d.schedule, d.num_timesteps, **d.schedule_params)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: diffusion: {exc}") from None
+    for key, build in (("weighting.params", lambda: build_weighting(cfg, alpha_bar)),
+                       ("timesteps.params", lambda: build_sampler(cfg, alpha_bar, "cpu")),
+                       ("optim.schedule.params", lambda: _build_schedule(cfg))):
+        try:
+            build()
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {key}: {exc}") from None
+    return cfg
+
+
+def _build_schedule(cfg: RunConfig):
+    from timestep_lab.optim import make_schedule
+
+    return make_schedule(cfg.optim)
+
+
+def build_diffusion(cfg: RunConfig) -> GaussianDiffusion:
+    d = cfg.diffusion
+    return GaussianDiffusion(get_schedule(d.schedule, d.num_timesteps, **d.schedule_params), d.variance)
+
+
+def build_prediction(cfg: RunConfig) -> Prediction:
+    return PREDICTIONS.build(cfg.diffusion.prediction, None, num_timesteps=cfg.diffusion.num_timesteps)
+
+
+def build_model(cfg: RunConfig, image_size: int, channels: int) -> nn.Module:
+    """The network for ``channels``-channel ``image_size`` images; output channels are
+    ``channels * prediction.heads`` (3x for ``mixed``)."""
+    prediction = PREDICTIONS.build(cfg.diffusion.prediction, None, num_timesteps=cfg.diffusion.num_timesteps)
+    return MODELS.build(cfg.model.name, None, cfg=cfg.model, image_size=image_size, in_channels=channels,
+                        out_channels=channels * prediction.heads)
+
+
+def build_sampler(cfg: RunConfig, alpha_bar: torch.Tensor, device: Any = "cpu") -> TimestepSampler:
+    return make_sampler(cfg.timesteps.name, num_timesteps=cfg.diffusion.num_timesteps, alpha_bar=alpha_bar,
+                        device=device, **dict(cfg.timesteps.params))
+
+
+def build_weighting(cfg: RunConfig, alpha_bar: torch.Tensor) -> Weighting:
+    return make_weighting(cfg.weighting.name, alpha_bar=alpha_bar, prediction=cfg.diffusion.prediction,
+                          **dict(cfg.weighting.params))

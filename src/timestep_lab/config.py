@@ -1,0 +1,492 @@
+"""Typed, frozen run configuration and the project's only YAML reader.
+
+A *run config* describes one training run end to end: the data, the network, the diffusion
+process, the timestep sampler, the loss weighting, the optimizer, the training length and the
+reverse sampler used to draw samples from it. It is a tree of frozen dataclasses; YAML files
+hold only the values that differ from the defaults (deltas), and ``--set section.key=value``
+overrides are applied on top.
+
+Errors are :class:`ConfigError` and always name the offending key and the file it came from,
+for example ``config/run.yaml: train.batch_size: expected int, got str 'big'``.
+
+This module does not import torch: it is used by the Snakefile at DAG-build time.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from timestep_lab.io import atomic_write_text
+
+__all__ = [
+    "ConfigError",
+    "ComponentConfig",
+    "DataConfig",
+    "ModelConfig",
+    "DiffusionConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "SampleConfig",
+    "EvalConfig",
+    "RunConfig",
+    "load_yaml",
+    "load_config",
+    "config_from_dict",
+    "dataclass_from_mapping",
+    "config_to_dict",
+    "apply_overrides",
+    "parse_override",
+    "dump_config",
+    "dump_yaml",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, of the wrong type or impossible.
+
+    The message always starts with the source (file name or ``--set``) and the dotted key.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# Sections
+
+
+def _require(ok: bool, message: str) -> None:
+    """Raise ``ValueError(message)``; the loader prefixes the section, so messages start
+    with the field name (``"batch_size must be > 0, got 0"``)."""
+    if not ok:
+        raise ValueError(message)
+
+
+
+@dataclass(frozen=True)
+class ComponentConfig:
+    """A named research choice (timestep sampler, weighting, optimizer schedule) and its
+    parameters. ``name`` selects a registry entry; ``params`` are checked against that
+    entry's parameter dataclass by :func:`timestep_lab.components.check_config`."""
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the prepared data set lives (a folder written by ``timestep_lab prepare``)."""
+
+    name: str = "digits"
+    path: str = "data/prepared/digits"
+    hflip: bool = False  # random horizontal flip (per sample, p = 0.5)
+
+    def __post_init__(self) -> None:
+        _require(bool(self.path), "path must be a non-empty path")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """ADM-style UNet hyper-parameters (see :mod:`timestep_lab.models.unet`).
+
+    ``attention_resolutions`` are feature-map resolutions in pixels (e.g. ``[16]`` for
+    CIFAR-10 attention at 16x16). ``pretrained`` optionally names a checkpoint on disk
+    (``format`` one of ``timestep_lab``, ``diffusers``, ``guided_diffusion``).
+    """
+
+    name: str = "unet"
+    channels: int = 16
+    channel_mult: tuple[int, ...] = (1, 2)
+    num_res_blocks: int = 1
+    attention_resolutions: tuple[int, ...] = ()
+    dropout: float = 0.0
+    num_heads: int = 1
+    num_head_channels: int = -1
+    resblock_updown: bool = False
+    use_scale_shift_norm: bool = False
+    norm_groups: int = 8  # 8 suits the tiny digits model; ADM/DDPM use 32
+    learn_sigma: bool = False  # only for loading guided-diffusion checkpoints (6 output channels)
+    pretrained: str | None = None
+    pretrained_format: str = "timestep_lab"
+
+    def __post_init__(self) -> None:
+        _require(self.channels > 0, f"channels must be > 0, got {self.channels}")
+        _require(len(self.channel_mult) > 0 and all(m > 0 for m in self.channel_mult),
+                 f"channel_mult must be a non-empty list of positive ints, got {list(self.channel_mult)}")
+        _require(self.num_res_blocks > 0, f"num_res_blocks must be > 0, got {self.num_res_blocks}")
+        _require(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
+        _require(self.norm_groups > 0, f"norm_groups must be > 0, got {self.norm_groups}")
+        _require(self.pretrained_format in ("timestep_lab", "diffusers", "guided_diffusion"),
+                 f"pretrained_format must be timestep_lab, diffusers or guided_diffusion, got {self.pretrained_format!r}")
+
+
+@dataclass(frozen=True)
+class DiffusionConfig:
+    """The forward process and what the network predicts.
+
+    ``schedule``: linear | cosine | quad | scaled_linear. ``prediction``: eps | x0 | v | mixed.
+    ``variance``: the fixed reverse variance, ``fixed_large`` (beta_t) or ``fixed_small``
+    (posterior variance).
+    """
+
+    schedule: str = "linear"
+    schedule_params: Mapping[str, Any] = field(default_factory=dict)
+    num_timesteps: int = 1000
+    prediction: str = "eps"
+    variance: str = "fixed_large"
+    # mixed prediction at inference: "profile" (per-t winning head measured after training,
+    # stored in the checkpoint) or a fixed head: "eps" | "x0" | "v"
+    mixed_inference: str = "profile"
+
+    def __post_init__(self) -> None:
+        _require(self.num_timesteps >= 2, f"num_timesteps must be >= 2, got {self.num_timesteps}")
+        _require(self.variance in ("fixed_large", "fixed_small"),
+                 f"variance must be fixed_large or fixed_small, got {self.variance!r}")
+        _require(self.mixed_inference in ("profile", "eps", "x0", "v"),
+                 f"mixed_inference must be profile, eps, x0 or v, got {self.mixed_inference!r}")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimizer and its schedule. Warm-up is counted in images seen (kimg)."""
+
+    name: str = "adam"  # adam | adamw
+    lr: float = 2e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    warmup_kimg: float = 0.0
+    grad_clip: float | None = 1.0
+    fused: bool | None = None  # None: fused kernels on CUDA, foreach on CPU
+    schedule: ComponentConfig = field(default_factory=lambda: ComponentConfig("constant"))
+
+    def __post_init__(self) -> None:
+        _require(self.name in ("adam", "adamw"), f"name must be adam or adamw, got {self.name!r}")
+        _require(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        _require(all(0.0 <= b < 1.0 for b in self.betas), f"betas must be in [0, 1), got {list(self.betas)}")
+        _require(self.eps > 0, f"eps must be > 0, got {self.eps}")
+        _require(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        _require(self.warmup_kimg >= 0, f"warmup_kimg must be >= 0, got {self.warmup_kimg}")
+        _require(self.grad_clip is None or self.grad_clip > 0, f"grad_clip must be > 0 or null, got {self.grad_clip}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training length, checkpointing and precision, all counted in images seen.
+
+    ``batch_size`` is the global batch; ``batch_gpu`` the per-device micro-batch (gradient
+    accumulation makes up the rest: batch_size = batch_gpu * rounds * world_size).
+    """
+
+    batch_size: int = 128
+    batch_gpu: int | None = None
+    total_kimg: float = 100.0
+    ema_halflife_kimg: float = 0.5
+    ema_rampup_ratio: float | None = None
+    log_every_kimg: float = 5.0
+    checkpoint_every_kimg: float = 25.0
+    snapshot_every_kimg: float | None = None
+    seed: int = 0
+    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
+    compile: bool = False
+    channels_last: bool | None = None  # None: on CUDA only
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    on_nonfinite: str = "fail"  # fail: raise; record: write the run as diverged and exit 0
+
+    def __post_init__(self) -> None:
+        _require(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        _require(self.batch_gpu is None or 0 < self.batch_gpu <= self.batch_size,
+                 f"batch_gpu must be in [1, batch_size={self.batch_size}] or null, got {self.batch_gpu}")
+        _require(self.total_kimg > 0, f"total_kimg must be > 0, got {self.total_kimg}")
+        _require(self.ema_halflife_kimg >= 0, f"ema_halflife_kimg must be >= 0, got {self.ema_halflife_kimg}")
+        _require(self.ema_rampup_ratio is None or self.ema_rampup_ratio > 0,
+                 f"ema_rampup_ratio must be > 0 or null, got {self.ema_rampup_ratio}")
+        _require(self.log_every_kimg > 0, f"log_every_kimg must be > 0, got {self.log_every_kimg}")
+        _require(self.checkpoint_every_kimg > 0, f"checkpoint_every_kimg must be > 0, got {self.checkpoint_every_kimg}")
+        _require(self.snapshot_every_kimg is None or self.snapshot_every_kimg > 0,
+                 f"snapshot_every_kimg must be > 0 or null, got {self.snapshot_every_kimg}")
+        _require(self.precision in ("auto", "fp32", "bf16"), f"precision must be auto, fp32 or bf16, got {self.precision!r}")
+        _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+                 f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        _require(self.on_nonfinite in ("fail", "record"), f"on_nonfinite must be fail or record, got {self.on_nonfinite!r}")
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    """Reverse sampling: one seed per sample (``seed_base + i``), batched."""
+
+    method: str = "ddpm"  # ddpm | ddim
+    steps: int | None = None  # None: all T steps; fewer respaces the schedule
+    eta: float = 1.0  # DDIM only; 0 is deterministic DDIM, 1 matches DDPM's variance
+    num_samples: int = 1000
+    seed_base: int = 0
+    batch_size: int = 500
+    use_ema: bool = True
+    clip_x0: bool = True
+    grid_size: int = 100  # images in the PNG grid
+
+    def __post_init__(self) -> None:
+        _require(self.method in ("ddpm", "ddim"), f"method must be ddpm or ddim, got {self.method!r}")
+        _require(self.steps is None or self.steps > 0, f"steps must be > 0 or null, got {self.steps}")
+        _require(self.eta >= 0, f"eta must be >= 0, got {self.eta}")
+        _require(self.num_samples > 0, f"num_samples must be > 0, got {self.num_samples}")
+        _require(self.seed_base >= 0, f"seed_base must be >= 0, got {self.seed_base}")
+        _require(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        _require(self.grid_size >= 0, f"grid_size must be >= 0, got {self.grid_size}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation protocol (see :mod:`timestep_lab.metrics`)."""
+
+    feature_extractor: str = "digits-cnn"  # digits-cnn | inception-v3
+    feature_weights: str | None = None  # path to the extractor's weights file
+    num_samples: int | None = None  # None: all samples in samples.npz
+    kid_subset_size: int = 1000
+    precision_recall: bool = True
+    tools: tuple[str, ...] = ("torch-fidelity", "clean-fid")
+    batch_size: int = 500
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one run needs. Defaults are the embedded digits model."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
+    timesteps: ComponentConfig = field(default_factory=lambda: ComponentConfig("uniform"))
+    weighting: ComponentConfig = field(default_factory=lambda: ComponentConfig("none"))
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.train.batch_gpu is None or self.train.batch_size % self.train.batch_gpu == 0,
+                 f"train.batch_size={self.train.batch_size} must be a multiple of train.batch_gpu={self.train.batch_gpu}")
+
+
+# --------------------------------------------------------------------------------------
+# YAML
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``)."""
+
+
+_FLOAT_RE = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+for _first in list("-+0123456789."):
+    _Loader.yaml_implicit_resolvers[_first] = [
+        (tag, rx) for tag, rx in _Loader.yaml_implicit_resolvers.get(_first, []) if tag != "tag:yaml.org,2002:float"
+    ]
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Read one YAML file; a missing file or a syntax error names the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    return {} if data is None else data
+
+
+def parse_scalar(text: str) -> Any:
+    """Parse one ``--set`` value the way YAML would (numbers, lists, null, strings)."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError:
+        return text
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+
+
+# --------------------------------------------------------------------------------------
+# dict <-> dataclass with type checking
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` and convert lists to tuples."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key, source)
+            except ConfigError as exc:
+                errors.append(exc)
+        expected = " or ".join(_type_name(a) for a in args)
+        raise ConfigError(f"{source}: {key}: expected {expected}, got {type(value).__name__} {value!r}")
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{source}: {key}: expected a mapping, got {type(value).__name__} {value!r}")
+        return dataclass_from_mapping(tp, value, source, prefix=key + ".")
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{source}: {key}: expected a list, got {type(value).__name__} {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], f"{key}[{i}]", source) for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ConfigError(f"{source}: {key}: expected a list of {len(args)} values, got {len(value)}")
+        return tuple(_coerce(v, a, f"{key}[{i}]", source) for i, (v, a) in enumerate(zip(value, args)))
+    if origin in (collections.abc.Mapping, dict) or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{source}: {key}: expected a mapping, got {type(value).__name__} {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:  # pragma: no cover - a new annotation type was added without support here
+        raise TypeError(f"unsupported config annotation {tp!r} for {key}")
+    raise ConfigError(f"{source}: {key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+
+
+def dataclass_from_mapping(cls: type, data: Mapping[str, Any], source: str, prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in hints:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            raise ConfigError(f"{source}: unknown key '{prefix}{key}'{hint}; valid keys: {', '.join(names)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _coerce(data[f.name], hints[f.name], prefix + f.name, source)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{source}: missing required key '{prefix}{f.name}'")
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        # __post_init__ checks raise "batch_size must be > 0, got 0": name the full key
+        msg = str(exc)
+        first = msg.split(" ", 1)[0]
+        if first in names:
+            raise ConfigError(f"{source}: {prefix}{msg}") from None
+        where = f"{prefix.rstrip('.')}: " if prefix else ""
+        raise ConfigError(f"{source}: {where}{msg}") from None
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "<dict>", cls: type = RunConfig) -> Any:
+    """Build a (frozen) config dataclass from a nested dict, checking keys and types."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: the top level must be a mapping, got {type(data).__name__}")
+    return dataclass_from_mapping(cls, data, source)
+
+
+def config_to_dict(cfg: Any) -> Any:
+    """Plain nested dict/list version of a config (tuples become lists), YAML-safe."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: config_to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [config_to_dict(v) for v in cfg]
+    if isinstance(cfg, Mapping):
+        return {str(k): config_to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"train.batch_size=64"`` -> ``(["train", "batch_size"], 64)``."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text}: expected section.key=value")
+    key, _, raw = text.partition("=")
+    parts = [p for p in key.strip().split(".")]
+    if not all(parts):
+        raise ConfigError(f"--set {text}: empty key component in '{key}'")
+    return parts, parse_scalar(raw)
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Return a deep copy of ``data`` with each ``section.key=value`` override applied.
+
+    Keys are validated later against the dataclasses, so a typo still fails with its name.
+    """
+
+    def copy(d: Any) -> Any:
+        return {k: copy(v) for k, v in d.items()} if isinstance(d, Mapping) else d
+
+    out = copy(data)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"--set {text}: '{'.'.join(parts[: i + 1])}' is a value, not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    cls: type = RunConfig,
+) -> Any:
+    """Load a run config from YAML (deltas over the defaults) plus ``--set`` overrides.
+
+    Overridden keys are reported with the source ``--set`` so a bad override is easy to find.
+    """
+    data: Mapping[str, Any] = {} if path is None else load_yaml(path)
+    source = str(path) if path is not None else "<defaults>"
+    # validate the file on its own first so its errors name the file, then the overrides
+    base = config_from_dict(data, source, cls)
+    if not overrides:
+        return base
+    merged = apply_overrides(config_to_dict(base), list(overrides))
+    return config_from_dict(merged, f"{source} + --set {' '.join(overrides)}", cls)
+
+
+def dump_config(cfg: Any, path: str | Path) -> None:
+    """Write the fully resolved config as YAML, atomically."""
+    atomic_write_text(path, dump_yaml(config_to_dict(cfg)))

@@ -1,0 +1,29 @@
+"""Networks only: ``f(x_t, t) -> tensor``. They know nothing about diffusion.
+
+``MODELS`` maps an architecture name (``model.name`` in the config) to a factory
+``factory(params, *, cfg: ModelConfig, image_size, in_channels, out_channels) -> nn.Module``.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from timestep_lab.config import ModelConfig
+from timestep_lab.models.unet import UNet
+from timestep_lab.registry import NoParams, Registry
+
+__all__ = ["MODELS", "UNet"]
+
+MODELS: Registry[nn.Module] = Registry("model architecture")
+
+
+@MODELS.register("unet", NoParams)
+def _unet(_: NoParams, *, cfg: ModelConfig, image_size: int, in_channels: int, out_channels: int) -> nn.Module:
+    return UNet(
+        image_size=image_size, in_channels=in_channels,
+        out_channels=out_channels * (2 if cfg.learn_sigma else 1),
+        channels=cfg.channels, channel_mult=tuple(cfg.channel_mult), num_res_blocks=cfg.num_res_blocks,
+        attention_resolutions=tuple(cfg.attention_resolutions), dropout=cfg.dropout, num_heads=cfg.num_heads,
+        num_head_channels=cfg.num_head_channels, resblock_updown=cfg.resblock_updown,
+        use_scale_shift_norm=cfg.use_scale_shift_norm, norm_groups=cfg.norm_groups,
+    )

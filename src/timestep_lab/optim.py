@@ -1,0 +1,155 @@
+"""Optimizer, its per-step schedule (learning rate and Adam's beta1), and the EMA of weights.
+
+Everything is a function of *images seen* (``nimg``), never of optimizer steps, so runs with
+different batch sizes are comparable (EDM, Karras et al. 2022).
+
+Schedules (``optim.schedule.name``):
+
+``constant``
+    lr_s = lr_0 * min(1, nimg / warmup_nimg); beta1 fixed.
+``momentum_decay`` (arXiv 2404.07946, reconstruction, METHODS.md section 4)
+    beta1_s decays linearly in images seen from beta1_0 to ``beta1_min`` over ``decay_kimg``
+    (starting at ``start_kimg``); with ``compensate`` the learning rate is rescaled so the
+    effective step of Adam's first moment stays comparable:
+    lr_s = lr_0 * (1 - beta1_0) / (1 - beta1_s).  The warm-up factor applies on top.
+
+EMA: ``beta = 0.5 ** (batch_size / halflife_nimg)``; with ``rampup_ratio`` the half-life is
+``min(halflife_nimg, nimg * rampup_ratio)`` (EDM). Updated with ``torch._foreach_lerp_``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from timestep_lab.config import OptimConfig
+from timestep_lab.registry import Registry, check_range
+
+__all__ = ["OPTIM_SCHEDULES", "OptimSchedule", "make_optimizer", "make_schedule", "EMA"]
+
+OPTIM_SCHEDULES: Registry["OptimSchedule"] = Registry("optimizer schedule")
+
+
+class OptimSchedule:
+    """Maps images seen to ``(lr, beta1)`` and writes them into the optimizer."""
+
+    def __init__(self, lr: float, beta1: float, warmup_kimg: float):
+        self.lr0, self.beta1_0, self.warmup_nimg = lr, beta1, warmup_kimg * 1000.0
+
+    def warmup(self, nimg: float) -> float:
+        return min(1.0, nimg / self.warmup_nimg) if self.warmup_nimg > 0 else 1.0
+
+    def values(self, nimg: float) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def apply(self, optimizer: torch.optim.Optimizer, nimg: float) -> tuple[float, float]:
+        lr, beta1 = self.values(nimg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr  # python floats: changing them causes no recompilation or sync
+            group["betas"] = (beta1, group["betas"][1])
+        return lr, beta1
+
+
+@dataclass(frozen=True)
+class ConstantParams:
+    pass
+
+
+@OPTIM_SCHEDULES.register("constant", ConstantParams)
+class ConstantSchedule(OptimSchedule):
+    def __init__(self, params: ConstantParams, *, lr: float, beta1: float, warmup_kimg: float):
+        super().__init__(lr, beta1, warmup_kimg)
+
+    def values(self, nimg: float) -> tuple[float, float]:
+        return self.lr0 * self.warmup(nimg), self.beta1_0
+
+
+@dataclass(frozen=True)
+class MomentumDecayParams:
+    beta1_min: float = 0.5
+    decay_kimg: float = 100.0
+    start_kimg: float = 0.0
+    compensate: bool = True
+
+    def __post_init__(self) -> None:
+        check_range("beta1_min", self.beta1_min, 0.0, 1.0, hi_open=True)
+        check_range("decay_kimg", self.decay_kimg, 0.0, None, lo_open=True)
+        check_range("start_kimg", self.start_kimg, 0.0, None)
+
+
+@OPTIM_SCHEDULES.register("momentum_decay", MomentumDecayParams)
+class MomentumDecaySchedule(OptimSchedule):
+    def __init__(self, params: MomentumDecayParams, *, lr: float, beta1: float, warmup_kimg: float):
+        super().__init__(lr, beta1, warmup_kimg)
+        if params.beta1_min > beta1:
+            raise ValueError(f"beta1_min must be <= optim.betas[0]={beta1}, got {params.beta1_min}")
+        self.p = params
+
+    def beta1(self, nimg: float) -> float:
+        frac = min(1.0, max(0.0, (nimg / 1000.0 - self.p.start_kimg) / self.p.decay_kimg))
+        return self.beta1_0 + frac * (self.p.beta1_min - self.beta1_0)
+
+    def values(self, nimg: float) -> tuple[float, float]:
+        b1 = self.beta1(nimg)
+        lr = self.lr0 * ((1.0 - self.beta1_0) / (1.0 - b1) if self.p.compensate else 1.0)
+        return lr * self.warmup(nimg), b1
+
+
+def make_schedule(cfg: OptimConfig) -> OptimSchedule:
+    return OPTIM_SCHEDULES.build(cfg.schedule.name, cfg.schedule.params, lr=cfg.lr, beta1=cfg.betas[0],
+                                 warmup_kimg=cfg.warmup_kimg)
+
+
+def make_optimizer(params, cfg: OptimConfig, device: torch.device) -> torch.optim.Optimizer:
+    """Adam / AdamW with fused kernels on CUDA (``cfg.fused`` overrides) and foreach on CPU."""
+    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[cfg.name]
+    fused = (device.type == "cuda") if cfg.fused is None else cfg.fused
+    kwargs = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    if fused:
+        return cls(params, fused=True, **kwargs)
+    return cls(params, foreach=True, **kwargs)
+
+
+class EMA:
+    """Exponential moving average of a model's parameters (buffers are copied).
+
+    :param halflife_kimg: half-life in thousands of images seen; 0 disables averaging.
+    """
+
+    def __init__(self, model: nn.Module, halflife_kimg: float, rampup_ratio: float | None = None):
+        self.halflife_nimg = halflife_kimg * 1000.0
+        self.rampup_ratio = rampup_ratio
+        self.params = [p.detach().clone() for p in model.parameters()]
+        self.buffers = [b.detach().clone() for b in model.buffers()]
+
+    def beta(self, batch_size: int, nimg: float) -> float:
+        halflife = self.halflife_nimg
+        if self.rampup_ratio is not None:
+            halflife = min(halflife, nimg * self.rampup_ratio)
+        return 0.5 ** (batch_size / max(halflife, 1e-8)) if halflife > 0 else 0.0
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, batch_size: int, nimg: float) -> None:
+        """``ema <- beta ema + (1 - beta) param``, one fused foreach call."""
+        beta = self.beta(batch_size, nimg)
+        torch._foreach_lerp_(self.params, [p.detach() for p in model.parameters()], 1.0 - beta)
+        for b_ema, b in zip(self.buffers, model.buffers()):
+            b_ema.copy_(b)
+
+    def state_dict(self) -> dict:
+        return {"params": self.params, "buffers": self.buffers}
+
+    def load_state_dict(self, state: dict) -> None:
+        for dst, src in zip(self.params, state["params"]):
+            dst.copy_(src)
+        for dst, src in zip(self.buffers, state["buffers"]):
+            dst.copy_(src)
+
+    def copy_to(self, model: nn.Module) -> None:
+        with torch.no_grad():
+            for p, e in zip(model.parameters(), self.params):
+                p.copy_(e)
+            for b, e in zip(model.buffers(), self.buffers):
+                b.copy_(e)

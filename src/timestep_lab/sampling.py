@@ -1,0 +1,278 @@
+"""Reverse samplers: DDPM ancestral and DDIM, respaced, one seed per sample.
+
+Sample ``i`` always uses its own generator seeded ``seed_base + i`` for its initial noise and
+every step's noise, so the images do not depend on batch size or device count (EDM's
+``--seeds``). Respacing keeps ``steps`` evenly spaced timesteps of the original T (iDDPM
+``space_timesteps``) and runs the process whose alpha_bar is the original one at those steps.
+
+DDPM step (Ho et al. 2020, eq. 6-7, fixed variance)::
+
+    x_{s-1} = c1_s x0_hat + c2_s x_s + sigma_s z,    z ~ N(0, I), no noise at the last step
+
+DDIM step (Song et al. 2021, eq. 12)::
+
+    sigma   = eta * sqrt((1 - ab_prev) / (1 - ab)) * sqrt(1 - ab / ab_prev)
+    x_prev  = sqrt(ab_prev) x0_hat + sqrt(1 - ab_prev - sigma^2) eps_hat + sigma z
+
+Ground-truth replacement (Xie & Agam, Fig. 3; METHODS.md 3.4): inside an inclusive range of
+original timesteps ``[lo, hi]`` the model's x0 prediction is replaced by the true x0 of a
+held-out image (the same noise path otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from timestep_lab.config import SampleConfig
+from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.predictions import HEADS, MixedPrediction, Prediction
+
+__all__ = ["StackedGenerator", "respaced_timesteps", "Denoiser", "reverse_loop", "sample_images",
+           "GroundTruth", "save_grid", "save_samples", "load_samples"]
+
+
+class StackedGenerator:
+    """One ``torch.Generator`` per sample: ``randn(shape)`` returns ``[B, *shape]`` whose row
+    ``i`` depends only on seed ``seeds[i]`` and how many draws that row has made."""
+
+    def __init__(self, seeds: list[int] | Tensor, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.gens = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
+
+    def randn(self, shape: tuple[int, ...]) -> Tensor:
+        return torch.stack([torch.randn(shape, generator=g, device=self.device) for g in self.gens])
+
+
+def respaced_timesteps(T: int, steps: int | None) -> Tensor:
+    """``steps`` evenly spaced original timesteps in ``[0, T-1]`` (all T when ``steps`` is None),
+    increasing, always including 0 and T-1."""
+    if steps is None or steps >= T:
+        return torch.arange(T)
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if steps == 1:
+        return torch.tensor([T - 1])
+    return torch.unique(torch.round(torch.linspace(0, T - 1, steps, dtype=torch.float64)).long())
+
+
+@dataclass
+class Denoiser:
+    """The network plus its prediction type: ``(x_t, t) -> (x0_hat, eps_hat)``, ``t`` original
+    timesteps. ``clip_x0`` clamps x0_hat to [-1, 1] and recomputes eps_hat from it."""
+
+    model: nn.Module
+    prediction: Prediction
+    diffusion: GaussianDiffusion
+    clip_x0: bool = True
+    autocast: Callable[[], Any] | None = None
+
+    @torch.no_grad()
+    def __call__(self, x_t: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        if self.autocast is not None:
+            with self.autocast():
+                out = self.model(x_t, t)
+        else:
+            out = self.model(x_t, t)
+        x0_hat, eps_hat = self.prediction.estimates(out.float(), x_t, t, self.diffusion)
+        if self.clip_x0:
+            x0_hat = x0_hat.clamp(-1.0, 1.0)
+            eps_hat = self.diffusion.eps_from_x0(x_t, t, x0_hat)
+        return x0_hat, eps_hat
+
+
+@dataclass
+class GroundTruth:
+    """Replace x0_hat by ``x0 [B, C, H, W]`` for original timesteps in ``[lo, hi]`` (inclusive)."""
+
+    x0: Tensor
+    lo: int
+    hi: int
+
+
+@torch.no_grad()
+def reverse_loop(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: GaussianDiffusion,
+                 noise: StackedGenerator, shape: tuple[int, ...], *, method: str = "ddpm", steps: int | None = None,
+                 eta: float = 1.0, gt: GroundTruth | None = None, device: torch.device | str = "cpu",
+                 on_step: Callable[[int], None] | None = None) -> Tensor:
+    """Run the reverse process for one batch; returns x_0 as float ``[B, *shape]`` in about [-1, 1].
+
+    ``noise`` supplies the initial x_T and every step's noise, per sample.
+    """
+    if method not in ("ddpm", "ddim"):
+        raise ValueError(f"method must be ddpm or ddim, got {method!r}")
+    device = torch.device(device)
+    used = respaced_timesteps(diffusion.T, steps)
+    ab = diffusion.alpha_bar[used]
+    sub = GaussianDiffusion(ab, diffusion.variance)  # the respaced process, indices 0..len(used)-1
+    x = noise.randn(shape).to(device)
+    B = x.shape[0]
+    for i in reversed(range(len(used))):
+        t_orig = torch.full((B,), int(used[i]), device=device, dtype=torch.long)
+        x0_hat, eps_hat = denoise(x, t_orig)
+        if gt is not None and gt.lo <= int(used[i]) <= gt.hi:
+            x0_hat = gt.x0.to(device)
+            eps_hat = diffusion.eps_from_x0(x, t_orig, x0_hat)
+        s = torch.full((B,), i, device=device, dtype=torch.long)
+        z = noise.randn(shape).to(device) if i > 0 else None
+        if method == "ddpm":
+            mean, logvar = sub.p_mean_logvar(x0_hat, x, s)
+            x = mean if z is None else mean + torch.exp(0.5 * logvar) * z
+        else:
+            a, a_prev = float(ab[i]), float(ab[i - 1]) if i > 0 else 1.0
+            sigma = eta * ((1 - a_prev) / (1 - a)) ** 0.5 * (1 - a / a_prev) ** 0.5
+            x = a_prev**0.5 * x0_hat + max(1 - a_prev - sigma**2, 0.0) ** 0.5 * eps_hat
+            if z is not None and sigma > 0:
+                x = x + sigma * z
+        if on_step is not None:
+            on_step(i)
+    return x
+
+
+def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: GaussianDiffusion, *,
+                  image_shape: tuple[int, int, int], seeds: list[int], method: str = "ddpm", steps: int | None = None,
+                  eta: float = 1.0, batch_size: int = 500, device: torch.device | str = "cpu",
+                  gt_images: Tensor | None = None, gt_range: tuple[int, int] | None = None,
+                  progress: bool = False, desc: str = "sampling") -> np.ndarray:
+    """Draw ``len(seeds)`` images; returns uint8 ``[N, H, W, C]``.
+
+    :param image_shape: ``(C, H, W)``.
+    :param gt_images: float ``[N, C, H, W]`` true x0 (one per seed) for ground-truth replacement
+        inside ``gt_range``.
+    """
+    from timestep_lab.data import to_uint8
+
+    n_steps = len(respaced_timesteps(diffusion.T, steps))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(seeds) * n_steps, desc=desc, unit="step", unit_scale=True, dynamic_ncols=True)
+    out = []
+    try:
+        for start in range(0, len(seeds), batch_size):
+            chunk = seeds[start:start + batch_size]
+            gt = None
+            if gt_images is not None and gt_range is not None:
+                gt = GroundTruth(gt_images[start:start + len(chunk)], *gt_range)
+            x = reverse_loop(denoise, diffusion, StackedGenerator(chunk, "cpu"), image_shape, method=method,
+                             steps=steps, eta=eta, gt=gt, device=device,
+                             on_step=(lambda _i, n=len(chunk): bar.update(n)) if bar else None)
+            out.append(to_uint8(x).permute(0, 2, 3, 1).cpu().numpy())
+    finally:
+        if bar is not None:
+            bar.close()
+    return np.concatenate(out) if out else np.zeros((0, image_shape[1], image_shape[2], image_shape[0]), np.uint8)
+
+
+def save_grid(images: np.ndarray, path: str | Path, nrow: int | None = None, scale: int | None = None) -> None:
+    """Save uint8 ``[N, H, W, C]`` images as one PNG grid (nearest upscaling for tiny images)."""
+    from PIL import Image
+
+    from timestep_lab.io import atomic_path
+
+    n, h, w, c = images.shape
+    if n == 0:
+        raise ValueError("no images to put in a grid")
+    nrow = nrow or int(np.ceil(np.sqrt(n)))
+    rows = int(np.ceil(n / nrow))
+    pad = 1
+    grid = np.full((rows * (h + pad) + pad, nrow * (w + pad) + pad, c), 255, np.uint8)
+    for k in range(n):
+        r, q = divmod(k, nrow)
+        grid[pad + r * (h + pad):pad + r * (h + pad) + h, pad + q * (w + pad):pad + q * (w + pad) + w] = images[k]
+    scale = scale or max(1, 256 // max(grid.shape[:2]) if max(h, w) < 32 else 1)
+    img = Image.fromarray(grid[..., 0] if c == 1 else grid)
+    if scale > 1:
+        img = img.resize((img.width * scale, img.height * scale), Image.NEAREST)
+    with atomic_path(path, suffix=".png") as tmp:
+        img.save(tmp, format="PNG")
+
+
+def save_samples(path: str | Path, images: np.ndarray, seeds: list[int], meta: dict[str, Any]) -> None:
+    """Write ``samples.npz``: ``images`` uint8 NHWC, ``seeds`` int64, ``meta`` (JSON string)."""
+    import json
+
+    from timestep_lab.io import atomic_path
+
+    with atomic_path(path, suffix=".npz") as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, images=images, seeds=np.asarray(seeds, dtype=np.int64), meta=np.array(json.dumps(meta)))
+
+
+def load_samples(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Read ``samples.npz`` written by :func:`save_samples`; a damaged file is reported by name."""
+    import json
+    import zipfile
+
+    from timestep_lab.io import ArtifactError
+
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            images, seeds, meta = z["images"], z["seeds"], json.loads(str(z["meta"]))
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: samples file not found") from None
+    except (zipfile.BadZipFile, ValueError, KeyError, OSError, EOFError) as exc:
+        raise ArtifactError(f"{path}: corrupted samples file ({exc})") from None
+    if images.dtype != np.uint8 or images.ndim != 4 or len(seeds) != len(images):
+        raise ArtifactError(f"{path}: malformed samples (images {images.dtype}{list(images.shape)}, {len(seeds)} seeds)")
+    return images, seeds, meta
+
+
+def mixed_head_table(meta: dict[str, Any], prediction: Prediction, mode: str) -> None:
+    """Set a mixed model's per-t inference head from its metadata (``profile``) or a fixed rule."""
+    if not isinstance(prediction, MixedPrediction):
+        return
+    if mode == "profile":
+        head = meta.get("mixed_head_per_t")
+        if head is None:
+            raise ValueError("mixed_inference=profile but the model file has no measured mixed_head_per_t")
+        prediction.head_per_t = torch.as_tensor(head, dtype=torch.long)
+    else:
+        prediction.head_per_t = torch.full_like(prediction.head_per_t, HEADS.index(mode))
+
+
+def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, device: torch.device | str = "cpu",
+             grid_png: str | Path | None = None, progress: bool = True, gt_images: Tensor | None = None,
+             gt_range: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Sample ``cfg.num_samples`` images from a model file into ``samples.npz`` (+ PNG grid).
+
+    Returns the metadata stored in the file (sampler, steps, eta, EMA, seeds, model hash...).
+    """
+    from timestep_lab.artifacts import load_model
+    from timestep_lab.components import build_diffusion, build_prediction
+    from timestep_lab.io import sha256_file
+
+    device = torch.device(device)
+    model, run_cfg, meta = load_model(model_path, use_ema=cfg.use_ema, device=device)
+    diffusion = build_diffusion(run_cfg)
+    prediction = build_prediction(run_cfg)
+    mixed_head_table(meta, prediction, run_cfg.diffusion.mixed_inference)
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else None
+    denoise = Denoiser(model, prediction, diffusion, clip_x0=cfg.clip_x0, autocast=autocast)
+    seeds = list(range(cfg.seed_base, cfg.seed_base + cfg.num_samples))
+    shape = (int(meta["channels"]), int(meta["image_size"]), int(meta["image_size"]))
+    images = sample_images(denoise, diffusion, image_shape=shape, seeds=seeds, method=cfg.method, steps=cfg.steps,
+                           eta=cfg.eta if cfg.method == "ddim" else 1.0, batch_size=cfg.batch_size, device=device,
+                           gt_images=gt_images, gt_range=gt_range, progress=progress, desc=f"sampling {Path(model_path).parent.name}")
+    info = {
+        "model": str(model_path), "model_sha256": sha256_file(model_path), "nimg": int(meta.get("nimg", 0)),
+        "status": meta.get("status", "ok"), "method": cfg.method,
+        "steps": len(respaced_timesteps(diffusion.T, cfg.steps)), "num_timesteps": diffusion.T,
+        "eta": cfg.eta if cfg.method == "ddim" else None, "use_ema": cfg.use_ema, "clip_x0": cfg.clip_x0,
+        "seed_range": [cfg.seed_base, cfg.seed_base + cfg.num_samples - 1], "num_samples": cfg.num_samples,
+        "prediction": run_cfg.diffusion.prediction, "gt_range": list(gt_range) if gt_range else None,
+    }
+    if isinstance(prediction, MixedPrediction):
+        info["mixed_inference"] = run_cfg.diffusion.mixed_inference
+        info["mixed_head_per_t"] = prediction.head_per_t.tolist()
+    save_samples(out_npz, images, seeds, info)
+    if grid_png is not None and cfg.grid_size > 0:
+        save_grid(images[: cfg.grid_size], grid_png)
+    return info

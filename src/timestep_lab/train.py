@@ -1,0 +1,574 @@
+"""The training loop: ``train(cfg, out_dir)``.
+
+The loop only wires together objects built from the config (network, diffusion process,
+prediction type, timestep sampler, loss weighting, optimizer and its schedule, EMA). Length,
+warm-up, EMA half-life, logging, checkpoints and snapshots are all counted in images seen.
+
+Per optimizer step (global batch B = batch_gpu * rounds * world_size)::
+
+    idx            = stream.next(B)                       # shuffled epochs, resumable
+    x0             = loader.batch(idx)                    # [B, C, H, W] in [-1, 1]
+    t, w_is        = sampler.sample(B, gen, x0)           # timesteps, importance weights
+    eps            ~ N(0, I)
+    x_t            = sqrt(ab_t) x0 + sqrt(1 - ab_t) eps
+    l_i            = prediction.loss(f(x_t, t), ...)      # per-sample, unweighted
+    L              = mean_i( w_is_i * w(t_i) * l_i )      # w: loss weighting table [T]
+    grad step (clip), EMA update, sampler.update(t, l)
+
+Every rank draws the *global* batch (indices, flips, t, noise) from the same generators and
+keeps its own shard, so N processes compute exactly the loss of one process on the same
+global batch. Rank 0 writes all files.
+
+Files under ``out_dir``::
+
+    config.yaml                     resolved config (written first)
+    train_state/checkpoint.pt       latest full training state (resume point)
+    train_state/train_log.jsonl     log so far
+    train_state/snapshots/          EMA weights every ``snapshot_every_kimg``
+    model.pt                        final weights + metadata   } written when training ends,
+    train_log.jsonl                 the complete log             } never half-written
+    snapshots/                      the snapshots (hard links)  }
+
+A killed run resumes from ``train_state/checkpoint.pt`` and, on CPU, ends with bit-identical
+weights to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from timestep_lab.artifacts import CHECKPOINT_FORMAT, MODEL_FORMAT, SNAPSHOT_FORMAT
+from timestep_lab.components import (
+    build_diffusion, build_model, build_prediction, build_sampler, build_weighting, check_config,
+)
+from timestep_lab.config import RunConfig, config_to_dict, dump_config
+from timestep_lab.data import IndexStream, Loader, PreparedData, to_float
+from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.distributed import World
+from timestep_lab.io import ArtifactError, atomic_path, atomic_write_text, load_torch, save_torch
+from timestep_lab.optim import EMA, make_optimizer, make_schedule
+from timestep_lab.predictions import HEADS, MixedPrediction, Prediction
+
+__all__ = ["train", "TrainResult", "NonFiniteLossError", "RunPaths", "resolve_device", "LOG_BINS"]
+
+log = logging.getLogger(__name__)
+
+LOG_BINS = 10
+# config keys that may change between a checkpoint and its resumption
+RESUMABLE_CHANGES = ("train.total_kimg", "train.log_every_kimg", "train.checkpoint_every_kimg",
+                     "train.snapshot_every_kimg", "train.device", "train.compile", "train.on_nonfinite",
+                     "sample", "eval", "data.path")
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; the message names the step and the timesteps."""
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    out: Path
+
+    @property
+    def config(self) -> Path: return self.out / "config.yaml"
+    @property
+    def state(self) -> Path: return self.out / "train_state"
+    @property
+    def checkpoint(self) -> Path: return self.state / "checkpoint.pt"
+    @property
+    def state_log(self) -> Path: return self.state / "train_log.jsonl"
+    @property
+    def state_snapshots(self) -> Path: return self.state / "snapshots"
+    @property
+    def model(self) -> Path: return self.out / "model.pt"
+    @property
+    def log(self) -> Path: return self.out / "train_log.jsonl"
+    @property
+    def snapshots(self) -> Path: return self.out / "snapshots"
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    model_path: Path
+    status: str  # "ok" | "diverged"
+    nimg: int
+    step: int
+    final_loss: float | None
+    wall_time_s: float
+    message: str = ""
+
+
+def resolve_device(name: str, world: World = World()) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"train.device={name} but CUDA is not available on this machine")
+        if device.index is None:
+            device = torch.device("cuda", world.local_rank)
+    return device
+
+
+# --------------------------------------------------------------------------------------- state
+
+
+@dataclass
+class _Accumulators:
+    """Per-log-interval sums kept on the device (read once per interval: no per-step sync)."""
+
+    device: torch.device
+    loss: Tensor = field(init=False)
+    loss_raw: Tensor = field(init=False)
+    bin_sum: Tensor = field(init=False)
+    bin_count: Tensor = field(init=False)
+    grad_norm: Tensor = field(init=False)
+    heads: Tensor = field(init=False)
+    steps: int = 0
+    wall: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        z = lambda *s: torch.zeros(*s, dtype=torch.float64, device=self.device)  # noqa: E731
+        self.loss, self.loss_raw, self.grad_norm = z(()), z(()), z(())
+        self.bin_sum, self.bin_count, self.heads = z(LOG_BINS), z(LOG_BINS), z(len(HEADS), LOG_BINS)
+        self.steps = 0
+        self.wall = 0.0
+
+    def state_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("loss", "loss_raw", "bin_sum", "bin_count", "grad_norm", "heads",
+                                              "steps", "wall")}
+
+    def load_state_dict(self, s: dict) -> None:
+        for k, v in s.items():
+            setattr(self, k, v.to(self.device) if isinstance(v, Tensor) else v)
+
+
+class _NonFiniteGuard:
+    """Remembers, on the device, the first step whose loss was not finite and its timesteps."""
+
+    def __init__(self, device: torch.device, batch: int):
+        self.first_step = torch.full((), -1, dtype=torch.long, device=device)
+        self.t = torch.full((batch,), -1, dtype=torch.long, device=device)
+        self.bad = torch.zeros(batch, dtype=torch.bool, device=device)
+
+    def observe(self, step: int, t: Tensor, losses: Tensor) -> None:
+        bad = ~torch.isfinite(losses)
+        new = bad.any() & (self.first_step < 0)
+        self.first_step = torch.where(new, torch.as_tensor(step, device=t.device), self.first_step)
+        self.t = torch.where(new, t, self.t)
+        self.bad = torch.where(new, bad, self.bad)
+
+    def message(self, world: World | None = None) -> str | None:
+        """The first bad step, or None. With ``world`` (a collective: call it on every rank at
+        the same point) a bad loss on any rank is reported on all of them."""
+        step = int(self.first_step)
+        if world is not None and world.distributed:
+            worst = world.all_reduce_max(self.first_step.clone().view(1).float())
+            if step < 0 and worst.item() >= 0:
+                return f"non-finite loss on another rank at optimizer step {int(worst.item())}"
+        if step < 0:
+            return None
+        ts = sorted(set(int(x) for x in self.t[self.bad].tolist()))
+        shown = ", ".join(map(str, ts[:20])) + (" ..." if len(ts) > 20 else "")
+        return f"non-finite loss at optimizer step {step} (timesteps {shown})"
+
+
+# --------------------------------------------------------------------------------------- helpers
+
+
+def _bin_of(t: Tensor, T: int) -> Tensor:
+    return (t * LOG_BINS) // T
+
+
+def _loss_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable):
+    """``f(x0, t, noise) -> LossOutput`` for one micro-batch."""
+
+    def fn(x0: Tensor, t: Tensor, noise: Tensor):
+        x_t = diffusion.q_sample(x0, t, noise)
+        with autocast():
+            out = model(x_t, t)
+        return prediction.loss(out, x0, noise, x_t, t, diffusion)
+
+    return fn
+
+
+def _vlb_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable):
+    """``f(x0, t, noise) -> [B]`` VLB term in bits/dim with the current weights, no gradient,
+    dropout off (used by loss-aware samplers)."""
+
+    @torch.no_grad()
+    def fn(x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
+        was_training = model.training
+        model.eval()
+        try:
+            x_t = diffusion.q_sample(x0, t, noise)
+            with autocast():
+                out = model(x_t, t)
+            x0_hat, _ = prediction.estimates(out, x_t, t, diffusion)
+            return diffusion.vlb_terms(x0, x_t, t, x0_hat.clamp(-1, 1))
+        finally:
+            model.train(was_training)
+
+    return fn
+
+
+def _compile(model: nn.Module, enabled: bool) -> nn.Module:
+    if not enabled:
+        return model
+    try:
+        return torch.compile(model)
+    except Exception as exc:  # noqa: BLE001 - any backend failure falls back to eager
+        log.warning("torch.compile failed (%s); training eagerly", exc)
+        return model
+
+
+def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        key = f"{prefix}{k}"
+        if isinstance(va, dict) and isinstance(vb, dict):
+            keys += _config_diff(va, vb, key + ".")
+        elif va != vb:
+            keys.append(key)
+    return keys
+
+
+def _resumable(keys: list[str]) -> list[str]:
+    return [k for k in keys if not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES)]
+
+
+def _ema_state_dict(model: nn.Module, ema: EMA) -> dict[str, Tensor]:
+    sd = {n: p.detach().cpu().clone() for (n, _), p in zip(model.named_parameters(), ema.params)}
+    sd.update({n: b.detach().cpu().clone() for (n, _), b in zip(model.named_buffers(), ema.buffers)})
+    return sd
+
+
+@torch.no_grad()
+def _mixed_head_profile(model: nn.Module, diffusion: GaussianDiffusion, prediction: MixedPrediction,
+                        loader: Loader, device: torch.device, n_images: int = 256, stride: int | None = None,
+                        seed: int = 12345) -> tuple[Tensor, Tensor]:
+    """Per-t mean x0 error of each head on a fixed bank: ``(errors [3, T], head_per_t [T])``.
+
+    Timesteps are evaluated with ``stride`` (default: about 100 points) and filled in between
+    by nearest neighbour."""
+    T = diffusion.T
+    stride = stride or max(1, T // 100)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    idx = torch.randperm(len(loader), generator=gen)[:n_images]
+    x0 = to_float(loader.images[idx]).to(device)
+    noise = torch.randn(x0.shape, generator=gen).to(device)
+    ts = torch.arange(0, T, stride)
+    errors = torch.zeros(len(HEADS), len(ts), dtype=torch.float64)
+    model.eval()
+    for j, tv in enumerate(ts.tolist()):
+        t = torch.full((x0.shape[0],), tv, dtype=torch.long, device=device)
+        x_t = diffusion.q_sample(x0, t, noise)
+        errors[:, j] = prediction.head_errors(model(x_t, t), x0, x_t, t, diffusion).mean(dim=1).double().cpu()
+    nearest = torch.clamp(torch.round(torch.arange(T) / stride).long(), max=len(ts) - 1)
+    full = errors[:, nearest]
+    return full, full.argmin(dim=0)
+
+
+def _publish(paths: RunPaths) -> None:
+    """Copy the finished log and snapshots next to model.pt (hard links where possible)."""
+    if paths.state_log.exists():
+        with atomic_path(paths.log) as tmp:
+            shutil.copyfile(paths.state_log, tmp)
+    paths.snapshots.mkdir(parents=True, exist_ok=True)
+    if paths.state_snapshots.exists():
+        for snap in sorted(paths.state_snapshots.glob("*.pt")):
+            dst = paths.snapshots / snap.name
+            if dst.exists():
+                continue
+            try:
+                os.link(snap, dst)
+            except OSError:
+                with atomic_path(dst) as tmp:
+                    shutil.copyfile(snap, tmp)
+
+
+# --------------------------------------------------------------------------------------- train
+
+
+def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress: bool = True,
+          world: World = World(), stop_after_kimg: float | None = None) -> TrainResult:
+    """Train the run described by ``cfg`` into ``out_dir`` (see the module docstring).
+
+    :param resume: continue from ``train_state/checkpoint.pt`` if present (else start over).
+    :param stop_after_kimg: stop (with a checkpoint, without the final files) once this many
+        kimg are done; for tests and time-limited jobs.
+    :raises NonFiniteLossError: when the loss becomes NaN/inf and ``train.on_nonfinite`` is ``fail``.
+    """
+    check_config(cfg)
+    paths = RunPaths(Path(out_dir))
+    tc = cfg.train
+    device = resolve_device(tc.device, world)
+    use_bf16 = tc.precision == "bf16" or (tc.precision == "auto" and device.type == "cuda")
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+    channels_last = device.type == "cuda" if tc.channels_last is None else tc.channels_last
+
+    # Batch accounting: batch_size == batch_gpu * rounds * world_size.
+    batch_gpu = tc.batch_gpu or tc.batch_size // world.size
+    rounds = tc.batch_size // (batch_gpu * world.size)
+    if batch_gpu * rounds * world.size != tc.batch_size:
+        raise ValueError(f"train.batch_size={tc.batch_size} is not batch_gpu={batch_gpu} x rounds x world_size={world.size}")
+
+    # Data, process, network and the research choices, all from the config.
+    data = PreparedData(cfg.data.path)
+    loader = Loader(data, device, cfg.data.hflip)
+    diffusion = build_diffusion(cfg)
+    prediction = build_prediction(cfg)
+    torch.manual_seed(tc.seed)  # network initialisation only; all later randomness uses explicit generators
+    net = build_model(cfg, data.resolution, data.channels).to(device)
+    if channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    sampler = build_sampler(cfg, diffusion.alpha_bar, device)
+    weight_table = build_weighting(cfg, diffusion.alpha_bar).weights().to(device)
+    optimizer = make_optimizer(net.parameters(), cfg.optim, device)
+    schedule = make_schedule(cfg.optim)
+    ema = EMA(net, tc.ema_halflife_kimg, tc.ema_rampup_ratio)
+    stream = IndexStream(len(data), seed=tc.seed)
+    gen = torch.Generator(device=device).manual_seed(tc.seed + 1)  # flips, t, noise
+
+    ddp = None
+    if world.distributed:
+        ddp = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    fwd = _compile(ddp or net, tc.compile)
+    loss_fn = _loss_fn(fwd, diffusion, prediction, autocast)
+    vlb_fn = _vlb_fn(net, diffusion, prediction, autocast)
+
+    acc = _Accumulators(device)
+    guard = _NonFiniteGuard(device, batch_gpu * rounds)
+    nimg, step, wall_before = 0, 0, 0.0
+
+    # Resume.
+    if resume and paths.checkpoint.exists():
+        ckpt = load_torch(paths.checkpoint, map_location="cpu")
+        if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+            raise ArtifactError(f"{paths.checkpoint}: not a timestep_lab training checkpoint")
+        changed = _resumable(_config_diff(ckpt["config"], config_to_dict(cfg)))
+        if changed:
+            raise ValueError(f"{paths.checkpoint}: was written with a different config ({', '.join(changed)}); "
+                             f"use a new output folder or --no-resume to start over")
+        net.load_state_dict(ckpt["model"])
+        ema.load_state_dict(ckpt["ema"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        sampler.load_state_dict(ckpt["sampler"])
+        stream.load_state_dict(ckpt["stream"])
+        gen.set_state(ckpt["generator"])
+        acc.load_state_dict(ckpt["acc"])
+        nimg, step, wall_before = int(ckpt["nimg"]), int(ckpt["step"]), float(ckpt["wall_time_s"])
+        _truncate_log(paths.state_log, nimg)
+        log.info("resumed %s at %.1f kimg (step %d)", paths.out, nimg / 1000, step)
+    elif world.is_main:
+        shutil.rmtree(paths.state, ignore_errors=True)
+    if world.is_main:
+        dump_config(cfg, paths.config)
+        paths.state.mkdir(parents=True, exist_ok=True)
+    world.barrier()
+
+    total_nimg = int(round(tc.total_kimg * 1000))
+    stop_nimg = total_nimg if stop_after_kimg is None else min(total_nimg, int(round(stop_after_kimg * 1000)))
+    every = {k: int(round(getattr(tc, f"{k}_every_kimg") * 1000)) if getattr(tc, f"{k}_every_kimg") else None
+             for k in ("log", "checkpoint", "snapshot")}
+    check_each_step = device.type == "cpu" and not world.distributed  # reading a CPU tensor costs no sync
+    shard = world.shard(tc.batch_size)
+    T = diffusion.T
+
+    def save_checkpoint() -> None:
+        if world.is_main:
+            save_torch({
+                "format": CHECKPOINT_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
+                "channels": data.channels, "model": net.state_dict(), "ema": ema.state_dict(),
+                "optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(), "stream": stream.state_dict(),
+                "generator": gen.get_state(), "acc": acc.state_dict(), "nimg": nimg, "step": step,
+                "wall_time_s": wall_before + (time.perf_counter() - t_start),
+            }, paths.checkpoint)
+        world.barrier()
+
+    def save_snapshot() -> None:
+        if world.is_main:
+            save_torch({"format": SNAPSHOT_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
+                        "channels": data.channels, "ema": _ema_state_dict(net, ema), "nimg": nimg, "step": step},
+                       paths.state_snapshots / f"snapshot-{nimg // 1000:06d}kimg.pt")
+
+    def write_log(lr: float, beta1: float) -> dict:
+        sums = torch.cat([acc.loss.view(1), acc.loss_raw.view(1), acc.grad_norm.view(1) / world.size, acc.bin_sum,
+                          acc.bin_count, acc.heads.flatten()])
+        sums = world.all_reduce_sum(sums).cpu()  # the one host sync per log interval
+        n = max(int(sums[3 + LOG_BINS:3 + 2 * LOG_BINS].sum()), 1)  # samples seen by all ranks
+        bins_sum, bins_cnt = sums[3:3 + LOG_BINS], sums[3 + LOG_BINS:3 + 2 * LOG_BINS]
+        rec: dict[str, Any] = {
+            "kimg": nimg / 1000, "nimg": nimg, "step": step,
+            "wall_time_s": round(wall_before + time.perf_counter() - t_start, 3),
+            "sec_per_step": acc.wall / max(acc.steps, 1),
+            "loss": float(sums[0]) / n, "loss_raw": float(sums[1]) / n,
+            "grad_norm": float(sums[2]) / max(acc.steps, 1),
+            "loss_bins": [float(s / c) if c > 0 else None for s, c in zip(bins_sum, bins_cnt)],
+            "count_bins": [int(c) for c in bins_cnt], "lr": lr, "beta1": beta1,
+        }
+        if isinstance(prediction, MixedPrediction):
+            heads = sums[3 + 2 * LOG_BINS:].view(len(HEADS), LOG_BINS)
+            rec["mixed_head_fraction"] = {h: (heads[i] / heads.sum(0).clamp_min(1)).tolist() for i, h in enumerate(HEADS)}
+        summary = sampler.log_summary(LOG_BINS)
+        if summary:
+            rec["sampler"] = summary
+        if world.is_main:
+            with open(paths.state_log, "a") as fh:
+                fh.write(json.dumps(rec) + "\n")
+        acc.reset()
+        return rec
+
+    # The loop.
+    t_start = time.perf_counter()
+    last_rec: dict | None = None
+    net.train()
+    bar = None
+    if progress and world.is_main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=round(total_nimg / 1000, 3), initial=round(nimg / 1000, 3), unit="kimg", desc=paths.out.name,
+                   dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} kimg [{elapsed}<{remaining}{postfix}]")
+    status, message = "ok", ""
+    lr, beta1 = schedule.values(nimg)
+    try:
+        while nimg < stop_nimg:
+            t0 = time.perf_counter()
+            lr, beta1 = schedule.apply(optimizer, nimg)
+
+            # Draw the global batch; keep this rank's shard.
+            idx = stream.next(tc.batch_size)
+            x0_all = loader.batch(idx, gen)
+            t_all, w_all = sampler.sample(tc.batch_size, gen, x0=x0_all)
+            noise_all = torch.randn(x0_all.shape, generator=gen, device=device)
+            if channels_last:
+                x0_all, noise_all = (z.contiguous(memory_format=torch.channels_last) for z in (x0_all, noise_all))
+            context = dict(step=step, nimg=nimg, x0=x0_all, vlb_fn=vlb_fn, gather=world.gather,
+                           world_size=world.size, shard=shard)
+            sampler.before_update(**context)
+            x0, t, w_is, noise = x0_all[shard], t_all[shard], w_all[shard], noise_all[shard]
+
+            # Forward/backward over micro-batches (gradient accumulation).
+            losses_raw = []
+            for r in range(rounds):
+                mb = slice(r * batch_gpu, (r + 1) * batch_gpu)
+                sync = ddp is None or r == rounds - 1
+                with contextlib.nullcontext() if sync else ddp.no_sync():
+                    out = loss_fn(x0[mb], t[mb], noise[mb])
+                    weighted = out.loss * w_is[mb] * weight_table[t[mb]]
+                    (weighted.sum() / (batch_gpu * rounds)).backward()
+                losses_raw.append(out.loss.detach())
+                acc.loss += weighted.detach().sum()
+                if out.head is not None:
+                    acc.heads.index_put_((out.head, _bin_of(t[mb], T)), torch.ones_like(out.head, dtype=torch.float64),
+                                         accumulate=True)
+            loss_raw = torch.cat(losses_raw)
+
+            # Optimizer step, EMA, sampler update.
+            if cfg.optim.grad_clip is not None:
+                acc.grad_norm += nn.utils.clip_grad_norm_(net.parameters(), cfg.optim.grad_clip, foreach=True).double()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            nimg += tc.batch_size
+            step += 1
+            ema.update(net, tc.batch_size, nimg)
+            sampler.update(t, loss_raw, **{**context, "step": step, "nimg": nimg})
+
+            # Bookkeeping on the device; read back once per log interval.
+            acc.loss_raw += loss_raw.sum().double()
+            b = _bin_of(t, T)
+            acc.bin_sum.index_add_(0, b, loss_raw.double())
+            acc.bin_count.index_add_(0, b, torch.ones_like(loss_raw, dtype=torch.float64))
+            acc.steps += 1
+            guard.observe(step - 1, t, loss_raw)
+            if check_each_step and (msg := guard.message()):
+                raise NonFiniteLossError(msg)
+            acc.wall += time.perf_counter() - t0
+
+            crossed = lambda k: every[k] and (nimg // every[k]) > ((nimg - tc.batch_size) // every[k])  # noqa: E731
+            if crossed("log") or nimg >= stop_nimg:
+                if msg := guard.message(world):
+                    raise NonFiniteLossError(msg)
+                last_rec = write_log(lr, beta1)
+                if bar is not None:
+                    bar.set_postfix_str(f"loss {last_rec['loss']:.4f}")
+            if crossed("snapshot"):
+                save_snapshot()
+            if crossed("checkpoint") or nimg >= stop_nimg:
+                if msg := guard.message(world):
+                    raise NonFiniteLossError(msg)
+                save_checkpoint()
+            if bar is not None:
+                bar.n = round(nimg / 1000, 3)
+                bar.refresh()
+    except NonFiniteLossError as exc:
+        message = f"{paths.out}: {exc}; the last checkpoint ({paths.checkpoint}) holds the weights before it"
+        if tc.on_nonfinite == "fail":
+            raise NonFiniteLossError(message) from None
+        status = "diverged"
+        log.error("%s", message)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    wall = wall_before + time.perf_counter() - t_start
+    if last_rec is None and paths.state_log.exists():  # resumed a run that had already finished
+        lines = paths.state_log.read_text().splitlines()
+        last_rec = json.loads(lines[-1]) if lines else None
+    if nimg < total_nimg and status == "ok":  # stopped early on request: no final files
+        return TrainResult(paths.out, paths.model, "incomplete", nimg, step, last_rec and last_rec["loss"], wall)
+
+    # Final files: weights (the last good ones if the run diverged), log, snapshots.
+    if world.is_main:
+        if status == "diverged" and paths.checkpoint.exists():
+            good = load_torch(paths.checkpoint)
+            net.load_state_dict(good["model"])
+            ema.load_state_dict(good["ema"])
+        else:
+            if every["snapshot"] and not (paths.state_snapshots / f"snapshot-{nimg // 1000:06d}kimg.pt").exists():
+                save_snapshot()
+        final = {"format": MODEL_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
+                 "channels": data.channels, "model": {k: v.detach().cpu() for k, v in net.state_dict().items()},
+                 "ema": _ema_state_dict(net, ema), "nimg": nimg, "step": step, "status": status, "message": message,
+                 "wall_time_s": wall, "final_loss": last_rec["loss"] if last_rec else None,
+                 "torch_version": str(torch.__version__)}
+        if isinstance(prediction, MixedPrediction) and status == "ok":
+            ema_net = build_model(cfg, data.resolution, data.channels).to(device)
+            ema_net.load_state_dict(final["ema"])
+            errors, head = _mixed_head_profile(ema_net, diffusion, prediction, loader, device)
+            final["mixed_head_errors"], final["mixed_head_per_t"] = errors, head
+        save_torch(final, paths.model)
+        _publish(paths)
+    world.barrier()
+    return TrainResult(paths.out, paths.model, status, nimg, step, last_rec["loss"] if last_rec else None, wall, message)
+
+
+def _truncate_log(path: Path, nimg: int) -> None:
+    """Drop log records written after the checkpoint we resume from (they will be redone)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["nimg"] <= nimg:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError):
+            break  # a torn last line from the kill
+    atomic_write_text(path, "".join(line + "\n" for line in keep))

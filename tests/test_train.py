@@ -1,0 +1,134 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from timestep_lab.config import config_to_dict, dump_config, load_config
+from timestep_lab.io import load_torch
+from timestep_lab.train import NonFiniteLossError, train
+
+from conftest import tiny_config
+
+
+def read_log(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def weights(path, key="model"):
+    return load_torch(path)[key]
+
+
+def assert_same_weights(a, b, exact=True):
+    assert a.keys() == b.keys()
+    for k in a:
+        if exact:
+            assert torch.equal(a[k], b[k]), k
+        else:
+            torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_train_writes_all_artifacts_and_loss_goes_down(tiny_cfg, tmp_path):
+    res = train(tiny_cfg, tmp_path / "run", progress=False)
+    out = tmp_path / "run"
+    assert res.status == "ok" and res.nimg >= 640
+    for f in ("config.yaml", "model.pt", "train_log.jsonl", "train_state/checkpoint.pt"):
+        assert (out / f).is_file(), f
+    assert load_config(out / "config.yaml") == tiny_cfg
+    log = read_log(out / "train_log.jsonl")
+    assert [r["nimg"] for r in log] == [160, 320, 480, 640]
+    assert log[-1]["loss"] < log[0]["loss"]
+    assert len(log[0]["loss_bins"]) == 10 and sum(log[0]["count_bins"]) == 160
+    model = load_torch(out / "model.pt")
+    assert model["status"] == "ok" and set(model) >= {"ema", "model", "config", "nimg"}
+
+
+def test_stop_and_resume_is_bit_identical(tiny_cfg, tmp_path):
+    full = train(tiny_cfg, tmp_path / "full", progress=False)
+    part = train(tiny_cfg, tmp_path / "part", progress=False, stop_after_kimg=0.32)
+    assert part.status == "incomplete" and not (tmp_path / "part" / "model.pt").exists()
+    train(tiny_cfg, tmp_path / "part", progress=False)
+    assert_same_weights(weights(full.model_path), weights(tmp_path / "part" / "model.pt"))
+    assert_same_weights(weights(full.model_path, "ema"), weights(tmp_path / "part" / "model.pt", "ema"))
+    lf = [(r["nimg"], r["loss"]) for r in read_log(tmp_path / "full" / "train_log.jsonl")]
+    lp = [(r["nimg"], r["loss"]) for r in read_log(tmp_path / "part" / "train_log.jsonl")]
+    assert lf == lp
+
+
+def test_resume_refuses_a_changed_config(tiny_cfg, tmp_path):
+    train(tiny_cfg, tmp_path / "r", progress=False, stop_after_kimg=0.32)
+    changed = tiny_config(tiny_cfg.data.path, optim={"lr": 1e-3})
+    with pytest.raises(ValueError, match="different config.*optim.lr"):
+        train(changed, tmp_path / "r", progress=False)
+
+
+def _cli(*args, threads=1):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return [sys.executable, "-m", "timestep_lab", *args, "--threads", str(threads)], env
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_weights(digits_dir, tmp_path):
+    cfg = tiny_config(digits_dir, train={"total_kimg": 16, "checkpoint_every_kimg": 1.6, "log_every_kimg": 1.6})
+    dump_config(cfg, tmp_path / "run.yaml")
+    cmd, env = _cli("train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "killed"), "--no-progress")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = tmp_path / "killed" / "train_state" / "checkpoint.pt"
+    deadline = time.time() + 120
+    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (tmp_path / "killed" / "model.pt").exists(), "the run finished before it could be killed"
+    assert 0 < load_torch(ckpt)["nimg"] < 16000
+    cmd, env = _cli("train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "killed"), "--no-progress")
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    cmd, env = _cli("train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "straight"), "--no-progress")
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    assert_same_weights(weights(tmp_path / "straight" / "model.pt"), weights(tmp_path / "killed" / "model.pt"))
+    log = read_log(tmp_path / "killed" / "train_log.jsonl")
+    assert [r["nimg"] for r in log] == [r["nimg"] for r in read_log(tmp_path / "straight" / "train_log.jsonl")]
+
+
+def test_nonfinite_loss_stops_with_step_and_timesteps(digits_dir, tmp_path):
+    cfg = tiny_config(digits_dir, optim={"lr": 1e12, "grad_clip": None}, train={"total_kimg": 3.2})
+    with pytest.raises(NonFiniteLossError, match=r"non-finite loss at optimizer step \d+ \(timesteps \d+"):
+        train(cfg, tmp_path / "nan", progress=False)
+    rec = tiny_config(digits_dir, optim={"lr": 1e12, "grad_clip": None}, train={"total_kimg": 3.2, "on_nonfinite": "record"})
+    res = train(rec, tmp_path / "nan2", progress=False)
+    assert res.status == "diverged" and "non-finite loss at optimizer step" in res.message
+    assert load_torch(tmp_path / "nan2" / "model.pt")["status"] == "diverged"
+
+
+def test_cli_reports_config_errors_without_traceback(tmp_path):
+    (tmp_path / "bad.yaml").write_text("train:\n  batch_size: 0\n")
+    cmd, env = _cli("train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o"))
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "bad.yaml: train.batch_size must be > 0, got 0" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_match_one_process(digits_dir, tmp_path):
+    cfg = tiny_config(digits_dir, train={"total_kimg": 0.32, "log_every_kimg": 0.064, "batch_size": 32})
+    dump_config(cfg, tmp_path / "run.yaml")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = [sys.executable, "-m", "timestep_lab", "train", "--config", str(tmp_path / "run.yaml"), "--out",
+           str(tmp_path / "one"), "--no-progress", "--threads", "1"]
+    subprocess.run(one, env=env, check=True, capture_output=True)
+    two = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "timestep_lab",
+           "train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "two"), "--no-progress", "--threads", "1"]
+    r = subprocess.run(two, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    l1 = [x["loss"] for x in read_log(tmp_path / "one" / "train_log.jsonl")]
+    l2 = [x["loss"] for x in read_log(tmp_path / "two" / "train_log.jsonl")]
+    assert len(l1) == len(l2) == 5
+    assert l1 == pytest.approx(l2, rel=1e-5)
+    assert_same_weights(weights(tmp_path / "one" / "model.pt"), weights(tmp_path / "two" / "model.pt"), exact=False)
