@@ -8,14 +8,22 @@
     out_dir/manifest.json   {"dataset", "split", "count", "shape", "layout", "source",
                              "source_sha256", "images_sha256", ...}
 
-Preparers (registry ``DATASETS``):
+Preparers (registry ``DATASETS``; each ``(source, split, resolution) -> RawData``):
 
 ``digits``    scikit-learn's bundled 8x8 handwritten digits (1,797 images, 0..16 scaled to
-              0..255), split 80/20 into train/test with a fixed permutation. Needs no network.
-``cifar10``   the official ``cifar-10-python.tar.gz`` or a folder with its extracted
-              ``data_batch_1..5`` / ``test_batch`` pickles (3x32x32).
-``celebahq``  a folder of images, resized (shorter side) and centre-cropped to ``resolution``.
-``imagenet``  an ILSVRC-style ``train/<wnid>/*.JPEG`` tree, ADM centre crop to ``resolution``.
+              0..255), split 80/20 into train (1,438) / test (359) with a fixed permutation.
+              Needs no network.
+``cifar10``   the official ``cifar-10-python.tar.gz`` (read in place) or a folder with its
+              extracted ``data_batch_1..5`` (train) / ``test_batch`` (test) pickles -> 32x32x3.
+              The pickles are loaded by a restricted unpickler that only rebuilds numpy arrays
+              and plain containers; any other global is refused (no code runs).
+``celebahq``  a folder of png/jpg/jpeg/webp images (recursive), shorter side resized to
+              ``resolution`` (bicubic), centre-cropped; no labels; split ``train`` only.
+``imagenet``  an ILSVRC-style ``<root>/{train,val}/<wnid>/*.JPEG`` tree, ADM's
+              ``center_crop_arr`` to ``resolution``; label = index of the wnid in sorted order.
+
+Image-folder preparers record ``source_sha256`` over every file's relative path and bytes.
+The whole converted array is held in memory while preparing (N * res^2 * 3 bytes).
 
 Training reads a prepared folder with :class:`PreparedData` and draws batches with
 :class:`Loader` (whole array in memory, uint8 -> [-1, 1] conversion and flips on the device).
@@ -25,12 +33,17 @@ Every error names the file it is about.
 from __future__ import annotations
 
 import hashlib
+import io
+import pickle
+import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import Tensor
 
 from timestep_lab.io import ArtifactError, atomic_path, atomic_write_json, read_json, sha256_file
@@ -44,6 +57,7 @@ __all__ = [
     "IndexStream",
     "to_float",
     "to_uint8",
+    "center_crop_arr",
 ]
 
 
@@ -105,6 +119,292 @@ def _prepare_digits(source: Path | None, split: str, resolution: int | None) -> 
                    {"split_seed": DIGITS_SPLIT_SEED, "test_fraction": DIGITS_TEST_FRACTION})
 
 
+# ------------------------------------------------------------------------------ shared helpers
+
+PROGRESS_MIN_IMAGES = 300  # show a progress bar only when converting more images than this
+
+
+def _need_source(name: str, source: Path | None) -> Path:
+    if source is None:
+        raise DataError(f"{name}: a source path is required (--source)")
+    return source
+
+
+def _need_resolution(name: str, resolution: int | None) -> int:
+    if resolution is None or int(resolution) <= 0:
+        raise DataError(f"{name}: a positive resolution is required (--resolution), got {resolution}")
+    return int(resolution)
+
+
+def _progress(items: list, desc: str):
+    """``items`` wrapped in a tqdm bar (silent for small jobs)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, unit="img", disable=len(items) <= PROGRESS_MIN_IMAGES)
+
+
+def _read_rgb(path: Path) -> tuple[Image.Image, bytes]:
+    """Decode one image file as RGB; returns the image and the file's bytes (for hashing)."""
+    try:
+        data = path.read_bytes()
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            return img.convert("RGB"), data
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise DataError(f"{path}: unreadable or corrupt image ({exc})") from None
+
+
+def _crop_center(img: Image.Image, size: int) -> np.ndarray:
+    """uint8 [size, size, 3]: the centre square of ``img`` (ADM's offsets: ``(h - size) // 2``)."""
+    arr = np.asarray(img)
+    y, x = (arr.shape[0] - size) // 2, (arr.shape[1] - size) // 2
+    return arr[y:y + size, x:x + size]
+
+
+def _convert_images(root: Path, files: list[Path], size: int, convert: Callable[[Image.Image, int], np.ndarray],
+                    desc: str) -> tuple[np.ndarray, str]:
+    """Decode and convert ``files`` into one preallocated uint8 [N, size, size, 3] array.
+
+    Also returns the sha256 over every file, in order, of ``relative path (UTF-8), NUL,
+    8-byte little-endian length, file bytes`` (paths relative to ``root``, ``/``-separated).
+    """
+    images = np.empty((len(files), size, size, 3), dtype=np.uint8)
+    digest = hashlib.sha256()
+    for i, path in enumerate(_progress(files, desc)):
+        img, data = _read_rgb(path)
+        images[i] = convert(img, size)
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return images, digest.hexdigest()
+
+
+def _image_files(folder: Path, suffixes: frozenset[str], recursive: bool) -> list[Path]:
+    """Image files under ``folder`` (suffix case-insensitive), sorted by relative path."""
+    candidates = folder.rglob("*") if recursive else folder.iterdir()
+    files = [p for p in candidates if p.suffix.lower() in suffixes and p.is_file()]
+    return sorted(files, key=lambda p: p.relative_to(folder).as_posix())
+
+
+# ------------------------------------------------------------------------------ cifar10
+
+CIFAR10_DIR = "cifar-10-batches-py"
+CIFAR10_BATCHES = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
+CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:
+    """Stand-in for ``_codecs.encode``, which Python 3 pickles (protocol < 3) use for ``bytes``."""
+    if not isinstance(text, str) or encoding.lower().replace("-", "") != "latin1":
+        raise pickle.UnpicklingError(f"_codecs.encode with encoding {encoding!r} is not allowed")
+    return text.encode("latin-1")
+
+
+def _cifar_globals() -> dict[tuple[str, str], Any]:
+    """The only globals a CIFAR-10 pickle may name: how numpy arrays and bytes are rebuilt."""
+    try:
+        from numpy._core import multiarray, numeric  # numpy >= 2
+    except ImportError:  # pragma: no cover - numpy 1.x
+        from numpy.core import multiarray, numeric
+    allowed: dict[tuple[str, str], Any] = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
+                                           ("_codecs", "encode"): _latin1_encode}
+    for module in ("numpy.core", "numpy._core"):  # numpy 1 (the official Python 2 files) and numpy 2 names
+        allowed[(f"{module}.multiarray", "_reconstruct")] = multiarray._reconstruct
+        allowed[(f"{module}.numeric", "_frombuffer")] = numeric._frombuffer  # protocol 5 arrays
+    return allowed
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickler that rebuilds dicts, lists, bytes, ints and numpy arrays, and refuses any other
+    global (so a malicious pickle cannot run code)."""
+
+    def __init__(self, fh: BinaryIO, name: str):
+        super().__init__(fh, encoding="bytes")
+        self._name, self._allowed = name, _cifar_globals()
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self._allowed:
+            return self._allowed[(module, name)]
+        raise DataError(f"{self._name}: refused to unpickle: the file names the global {module}.{name}, "
+                        "which a CIFAR-10 batch never contains (it could run code)")
+
+
+def _cifar_field(batch: dict, key: str) -> Any:
+    return batch[key.encode()] if key.encode() in batch else batch[key]
+
+
+def _parse_cifar_batch(data: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """One pickled batch -> (uint8 [n, 32, 32, 3] NHWC, int64 [n] labels); ``name`` labels errors."""
+    try:
+        batch = _CifarUnpickler(io.BytesIO(data), name).load()
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a corrupt pickle can fail in many ways
+        raise DataError(f"{name}: corrupted or truncated pickle ({type(exc).__name__}: {exc})") from None
+    try:
+        pixels, labels = _cifar_field(batch, "data"), _cifar_field(batch, "labels")
+    except (KeyError, TypeError):
+        raise DataError(f"{name}: not a CIFAR-10 batch (expected a dict with b'data' and b'labels')") from None
+    if not isinstance(pixels, np.ndarray) or pixels.dtype != np.uint8 or pixels.ndim != 2 or pixels.shape[1] != 3072:
+        got = f"{pixels.dtype}{list(pixels.shape)}" if isinstance(pixels, np.ndarray) else type(pixels).__name__
+        raise DataError(f"{name}: b'data' must be uint8 [n, 3072], got {got}")
+    labels = np.asarray(labels)
+    ok = labels.shape == (pixels.shape[0],) and labels.dtype.kind in "iu"
+    if not ok or (labels.size and not 0 <= labels.min() <= labels.max() < 10):
+        raise DataError(f"{name}: b'labels' must be {pixels.shape[0]} integers in 0..9")
+    images = pixels.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # row = R plane, G plane, B plane (CHW)
+    return images, labels.astype(np.int64)
+
+
+def _cifar_read_tar(path: Path, names: list[str]) -> dict[str, tuple[str, bytes]]:
+    """``{name: (display name, bytes)}`` of the batch files inside the tarball ``path`` (read
+    from the archive directly; nothing is extracted to disk)."""
+    found: dict[str, tuple[str, bytes]] = {}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar:  # one pass in archive order (seeking back in a .gz re-decompresses)
+                base = member.name.rsplit("/", 1)[-1]
+                if member.isfile() and base in names and base not in found:
+                    found[base] = (f"{path}:{member.name}", tar.extractfile(member).read())
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{path}: not a readable gzip-compressed tar archive ({exc})") from None
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise DataError(f"{path}: {missing[0]} missing (expected {CIFAR10_DIR}/{missing[0]} in the tarball)")
+    return found
+
+
+def _cifar_read_folder(path: Path, names: list[str]) -> dict[str, tuple[str, bytes]]:
+    """``{name: (file path, bytes)}`` of the batch files in ``path`` or ``path/cifar-10-batches-py``."""
+    folder = path / CIFAR10_DIR if (path / CIFAR10_DIR).is_dir() else path
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise DataError(f"{folder}: {missing[0]} missing")
+    return {n: (str(folder / n), (folder / n).read_bytes()) for n in names}
+
+
+@register_dataset("cifar10")
+def _prepare_cifar10(source: Path | None, split: str, resolution: int | None) -> RawData:
+    """CIFAR-10 from ``cifar-10-python.tar.gz`` or its extracted pickles -> uint8 [N, 32, 32, 3].
+
+    ``train``: ``data_batch_1..5`` (50,000 images); ``test``: ``test_batch`` (10,000).
+    ``source_sha256``: of the tarball, or of the used pickle files' bytes concatenated in
+    sorted name order.
+    """
+    source = _need_source("cifar10", source)
+    if split not in CIFAR10_BATCHES:
+        raise DataError(f"cifar10: split must be train or test, got {split!r}")
+    if resolution not in (None, 32):
+        raise DataError(f"cifar10: images are 32x32; resolution {resolution} is not supported")
+    names = CIFAR10_BATCHES[split]
+    if source.is_file():
+        blobs, src_hash = _cifar_read_tar(source, names), sha256_file(source)
+    else:
+        blobs = _cifar_read_folder(source, names)
+        src_hash = _sha256_bytes(b"".join(blobs[n][1] for n in sorted(names)))
+    parts = [_parse_cifar_batch(blobs[n][1], blobs[n][0]) for n in names]
+    images = np.concatenate([p[0] for p in parts])
+    labels = np.concatenate([p[1] for p in parts])
+    return RawData(images, labels, str(source), src_hash, {"classes": CIFAR10_CLASSES, "num_classes": 10})
+
+
+# ------------------------------------------------------------------------------ celebahq
+
+CELEBAHQ_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp"})
+
+
+def _resize_short_side_crop(img: Image.Image, size: int) -> np.ndarray:
+    """Bicubic resize (box pre-reduction, ``reducing_gap=3``) so the shorter side is ``size``,
+    then the centre square: uint8 [size, size, 3]."""
+    w, h = img.size
+    scale = size / min(w, h)
+    new = (size, max(size, round(h * scale))) if w <= h else (max(size, round(w * scale)), size)
+    return _crop_center(img.resize(new, Image.BICUBIC, reducing_gap=3.0), size)
+
+
+@register_dataset("celebahq")
+def _prepare_celebahq(source: Path | None, split: str, resolution: int | None) -> RawData:
+    """A folder of images (png/jpg/jpeg/webp, recursive, sorted by relative path) -> uint8
+    [N, resolution, resolution, 3]: shorter side resized to ``resolution``, centre-cropped.
+
+    No labels. ``split`` is ``train`` (or ``all``; the same images). ``source_sha256`` covers
+    every file's relative path and bytes (see :func:`_convert_images`).
+    """
+    source, size = _need_source("celebahq", source), _need_resolution("celebahq", resolution)
+    if split not in ("train", "all"):
+        raise DataError(f"celebahq: only split train (or all) exists, got {split!r}")
+    if not source.is_dir():
+        raise DataError(f"{source}: celebahq source must be a folder of images")
+    files = _image_files(source, CELEBAHQ_SUFFIXES, recursive=True)
+    if not files:
+        raise DataError(f"{source}: no images ({', '.join(sorted(CELEBAHQ_SUFFIXES))}) found")
+    images, src_hash = _convert_images(source, files, size, _resize_short_side_crop, "celebahq")
+    return RawData(images, None, str(source), src_hash)
+
+
+# ------------------------------------------------------------------------------ imagenet
+
+IMAGENET_SUFFIXES = frozenset({".jpeg", ".jpg", ".png"})
+
+
+def center_crop_arr(img: Image.Image, size: int) -> np.ndarray:
+    """ADM (guided-diffusion) ``center_crop_arr``: uint8 [size, size, 3].
+
+    Halve with ``Image.BOX`` while the shorter side is >= 2 * size, resize so the shorter side
+    is ``size`` (``round(x * size / min(w, h))``, ``Image.BICUBIC``), crop the centre.
+    """
+    while min(*img.size) >= 2 * size:
+        img = img.resize(tuple(x // 2 for x in img.size), resample=Image.BOX)
+    scale = size / min(*img.size)
+    img = img.resize(tuple(round(x * scale) for x in img.size), resample=Image.BICUBIC)
+    return _crop_center(img, size)
+
+
+def _imagenet_folder(source: Path, split: str) -> Path:
+    """``source/<split>``, or ``source`` itself when it is named ``<split>``."""
+    if (source / split).is_dir():
+        return source / split
+    if source.name == split and source.is_dir():
+        return source
+    raise DataError(f"{source / split}: ImageNet {split} folder missing (expected <root>/{split}/<wnid>/*.JPEG)")
+
+
+def _wnids(folder: Path) -> list[str]:
+    """Sorted class folder names (WordNet ids) of a split folder."""
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+@register_dataset("imagenet")
+def _prepare_imagenet(source: Path | None, split: str, resolution: int | None) -> RawData:
+    """ILSVRC ``<root>/<split>/<wnid>/*.JPEG`` -> uint8 [N, resolution, resolution, 3] with
+    :func:`center_crop_arr`, int64 labels = index of the wnid in sorted order.
+
+    ``split``: ``train`` or ``val`` (``val`` must use the same ``<wnid>/`` layout; its labels
+    use the train classes when ``<root>/train`` exists). ``source`` may also be the split
+    folder itself. The manifest gets ``classes`` (the wnids). ``source_sha256`` as for celebahq.
+    """
+    source, size = _need_source("imagenet", source), _need_resolution("imagenet", resolution)
+    if split not in ("train", "val"):
+        raise DataError(f"imagenet: split must be train or val, got {split!r}")
+    folder = _imagenet_folder(source, split)
+    train = folder.parent / "train"
+    classes = _wnids(train if split == "val" and train.is_dir() else folder)
+    if not classes:
+        raise DataError(f"{folder}: no class folders (<wnid>/) found")
+    unknown = sorted(set(_wnids(folder)) - set(classes))
+    if unknown:
+        raise DataError(f"{folder}: class folders {unknown[:3]} are not among the {len(classes)} train classes")
+    files, labels = [], []
+    for label, wnid in enumerate(classes):
+        found = _image_files(folder / wnid, IMAGENET_SUFFIXES, recursive=False) if (folder / wnid).is_dir() else []
+        files += found
+        labels += [label] * len(found)
+    if not files:
+        raise DataError(f"{folder}: no images ({', '.join(sorted(IMAGENET_SUFFIXES))}) in the class folders")
+    images, src_hash = _convert_images(folder, files, size, center_crop_arr, f"imagenet {split}")
+    return RawData(images, np.asarray(labels, dtype=np.int64), str(folder), src_hash,
+                   {"classes": classes, "num_classes": len(classes)})
+
+
 # ------------------------------------------------------------------------------ prepare
 
 
@@ -123,8 +423,13 @@ def prepare(name: str, source: str | Path | None, out_dir: str | Path, *, split:
     images = np.ascontiguousarray(raw.images)
     if images.dtype != np.uint8 or images.ndim != 4:
         raise DataError(f"{name}: preparer returned {images.dtype} array of shape {images.shape}, expected uint8 NHWC")
+    labels = None if raw.labels is None else np.ascontiguousarray(np.asarray(raw.labels).astype(np.int64))
+    if labels is not None and labels.shape != (images.shape[0],):
+        raise DataError(f"{name}: labels of shape {list(labels.shape)} for {images.shape[0]} images")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for stale in ("manifest.json", "labels.npy"):  # a previous preparation must not describe the new files
+        (out / stale).unlink(missing_ok=True)
     with atomic_path(out / "images.npy") as tmp:
         with open(tmp, "wb") as fh:
             np.save(fh, images)
@@ -139,10 +444,7 @@ def prepare(name: str, source: str | Path | None, out_dir: str | Path, *, split:
         "source_sha256": raw.source_sha256,
         "images_sha256": sha256_file(out / "images.npy"),
     }
-    if raw.labels is not None:
-        labels = np.ascontiguousarray(raw.labels.astype(np.int64))
-        if labels.shape != (images.shape[0],):
-            raise DataError(f"{name}: {labels.shape[0]} labels for {images.shape[0]} images")
+    if labels is not None:
         with atomic_path(out / "labels.npy") as tmp:
             with open(tmp, "wb") as fh:
                 np.save(fh, labels)
@@ -186,6 +488,8 @@ class PreparedData:
             raise DataError(f"{images_file}: sha256 does not match {manifest_file}; the file is corrupted or was changed")
         labels_file = self.path / "labels.npy"
         self.labels = np.load(labels_file) if labels_file.is_file() else None
+        if self.labels is not None and self.labels.shape != (len(self.images),):
+            raise DataError(f"{labels_file}: {list(self.labels.shape)} labels for {len(self.images)} images")
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
