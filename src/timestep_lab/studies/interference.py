@@ -1,0 +1,94 @@
+"""Slot fine-tuning interference (Xie & Agam, arXiv 2502.01990, Fig. 2; METHODS.md 3.2).
+
+Start from the reference model, fine-tune it on one slot ``k`` only, measure the loss profile
+again (same bank and noise), and report for every evaluated slot ``j``
+
+    M[k, j] = (L_j(after fine-tuning on k) - L_j(reference)) / L_j(reference),
+    L_j = sum_{t in slot j} eps_mse(t)
+
+(a relative change: -0.1 means slot j's summed loss fell by 10 %). The paper's finding is that
+training one slot lowers its own loss (negative diagonal) but raises the others' (positive
+off-diagonal entries): the timesteps interfere.
+
+Slots are numbered from **1** in the output (``trained`` and ``evaluated``), the paper's and the
+config's (``analyses.slots.finetune``) convention.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from timestep_lab.studies.profile import profile_per_t
+from timestep_lab.studies.slots import check_cover, slot_sums
+
+__all__ = ["interference_matrix"]
+
+
+def interference_matrix(reference_profile: Mapping[str, Any], finetuned_profiles: Mapping[Any, Mapping[str, Any]],
+                        slots: Sequence[Sequence[int]], *, key: str = "eps_mse") -> dict[str, Any]:
+    """Relative change of every slot's summed loss after fine-tuning on each slot.
+
+    :param reference_profile: a :func:`~timestep_lab.studies.profile.loss_profile` dict of the
+        reference model (strided profiles are linearly interpolated to every t first).
+    :param finetuned_profiles: ``{k: profile}`` with ``k`` the **1-based** fine-tuned slot number
+        (int or a string of one), profiles measured with the same bank and noise (seed).
+    :param slots: the inclusive 0-based ranges covering ``[0, T-1]`` (e.g. from
+        :func:`~timestep_lab.studies.slots.equal_loss_slots`).
+    :param key: which profile quantity to sum (``eps_mse``; ``loss``/``x0_mse``/``vlb_bpd`` also work).
+    :returns: ``{"key", "slots" [[lo, hi]], "trained" [k, ...] (sorted, 1-based), "evaluated" [1..n],
+        "before" [n] slot sums of the reference, "after" [[n] per trained slot], "matrix" [[n] per
+        trained slot] (relative changes, rows in ``trained`` order), "diagonal" [per trained slot],
+        "trained_improved" [bool per trained slot], "largest_off_diagonal" {"value", "trained",
+        "evaluated"} (largest |change|, signed; None with a single slot), "max_off_diagonal_increase"
+        {...} (the most harmful entry), "mean_off_diagonal" (mean over all off-diagonal entries)}``.
+    """
+    T = int(reference_profile["T"])
+    check_cover(slots, T)
+    n = len(slots)
+    before = np.asarray(slot_sums(profile_per_t(reference_profile, key), slots))
+    if np.any(before <= 0):
+        j = int(np.flatnonzero(before <= 0)[0]) + 1
+        raise ValueError(f"slot {j} has zero reference loss: relative changes are undefined")
+    trained: list[int] = []
+    profiles: dict[int, Mapping[str, Any]] = {}
+    for k, prof in finetuned_profiles.items():
+        kk = int(k)
+        if not 1 <= kk <= n:
+            raise ValueError(f"fine-tuned slot {k!r} is not a 1-based slot number in [1, {n}]")
+        if kk in profiles:
+            raise ValueError(f"fine-tuned slot {kk} given twice")
+        if int(prof["T"]) != T:
+            raise ValueError(f"profile for slot {kk} has T = {prof['T']}, the reference has T = {T}")
+        for field in ("seed", "num_images"):
+            if field in prof and field in reference_profile and prof[field] != reference_profile[field]:
+                raise ValueError(f"profile for slot {kk} used {field} = {prof[field]}, the reference "
+                                 f"{reference_profile[field]}: the profiles are not comparable")
+        profiles[kk] = prof
+        trained.append(kk)
+    trained.sort()
+    after = [np.asarray(slot_sums(profile_per_t(profiles[k], key), slots)) for k in trained]
+    matrix = [(a - before) / before for a in after]
+    diagonal = [float(m[k - 1]) for k, m in zip(trained, matrix)]
+    off = [(float(m[j]), k, j + 1) for k, m in zip(trained, matrix) for j in range(n) if j != k - 1]
+
+    def entry(item):
+        return None if item is None else {"value": item[0], "trained": item[1], "evaluated": item[2]}
+
+    return {
+        "key": key,
+        "definition": "M[k, j] = (L_j(after fine-tuning slot k) - L_j(reference)) / L_j(reference), "
+                      "L_j = sum of the per-timestep loss over slot j",
+        "slots": [[int(a), int(b)] for a, b in slots],
+        "trained": trained,
+        "evaluated": list(range(1, n + 1)),
+        "before": [float(x) for x in before],
+        "after": [[float(x) for x in a] for a in after],
+        "matrix": [[float(x) for x in m] for m in matrix],
+        "diagonal": diagonal,
+        "trained_improved": [d < 0 for d in diagonal],
+        "largest_off_diagonal": entry(max(off, key=lambda e: abs(e[0])) if off else None),
+        "max_off_diagonal_increase": entry(max(off, key=lambda e: e[0]) if off else None),
+        "mean_off_diagonal": float(np.mean([e[0] for e in off])) if off else None,
+    }
