@@ -10,7 +10,8 @@ import torch
 
 from timestep_lab.config import RunConfig, config_from_dict
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# one intra-op thread: two threads on a loaded 2-core machine run many times slower
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -174,6 +174,168 @@ def _sample_args(p: argparse.ArgumentParser) -> None:
 cmd_sample.configure = _sample_args
 
 
+@command("train-features", "train the digits CNN whose features define FID (digits-CNN features)")
+def cmd_train_features(args: argparse.Namespace) -> int:
+    """Train the small digits classifier used as the digits feature extractor; print its held-out
+    accuracy and write the weights file plus a sidecar <out>.json holding its sha256."""
+    from timestep_lab.features import sidecar_path, train_digits_cnn
+
+    res = train_digits_cnn(args.data, args.test_data, args.out, seed=args.seed, epochs=args.epochs,
+                           threads=args.threads or 1)
+    print(f"held-out accuracy: {res.accuracy:.4f} ({round(res.accuracy * res.num_test)}/{res.num_test})")
+    log.info("digits CNN -> %s (sha256 %s, sidecar %s)", res.path, res.sha256, sidecar_path(res.path))
+    return 0
+
+
+def _train_features_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, help="prepared digits train split")
+    p.add_argument("--test-data", type=Path, required=True, help="prepared digits test split (held-out accuracy)")
+    p.add_argument("--out", type=Path, required=True, help="weights file to write (.pt); sidecar .json beside it")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads while training (default 1: the network is too small to gain from more)")
+
+
+cmd_train_features.configure = _train_features_args
+
+
+def _eval_config(args: argparse.Namespace, allowed: tuple[str, ...] = ("eval",)):
+    """EvalConfig from --config's eval section plus eval.* overrides (other sections refused)."""
+    from timestep_lab.config import ConfigError, EvalConfig, apply_overrides, config_from_dict, load_yaml
+
+    bad = [o for o in args.overrides if o.split("=", 1)[0].split(".", 1)[0] not in allowed]
+    if bad:
+        raise ConfigError(f"--set {bad[0]}: this command takes only {' and '.join(s + '.*' for s in allowed)} overrides")
+    data = dict(load_yaml(args.config).get("eval", {}) or {}) if args.config else {}
+    data = apply_overrides({"eval": data}, [o for o in args.overrides if o.startswith("eval.")])["eval"]
+    source = f"{args.config or '<defaults>'}" + (f" + --set {' '.join(args.overrides)}" if args.overrides else "")
+    return config_from_dict(data, f"{source} (eval)", EvalConfig)
+
+
+def _eval_device(args: argparse.Namespace):
+    from timestep_lab.train import resolve_device
+
+    return resolve_device(args.device or "auto")
+
+
+@command("reference-stats", "compute the reference features/statistics of a prepared data set (once)")
+def cmd_reference_stats(args: argparse.Namespace) -> int:
+    """Extract reference features with torch-fidelity and clean-fid into one declared .npz."""
+    _setup_torch(args)
+    import numpy as np
+
+    from timestep_lab.data import PreparedData
+    from timestep_lab.io import sha256_file
+    from timestep_lab.metrics import compute_reference, load_feature_extractor
+
+    cfg = _eval_config(args)
+    name = args.extractor or cfg.feature_extractor or "digits-cnn"
+    spec = load_feature_extractor(name, args.weights or cfg.feature_weights, tools=cfg.tools,
+                                  download=cfg.download_weights, timeout=cfg.download_timeout_s)
+    data = PreparedData(args.data, verify=True)
+    n = len(data) if args.max_images is None else min(args.max_images, len(data))
+    info = {"path": str(data.path), "dataset": data.manifest.get("dataset"), "split": data.manifest.get("split"),
+            "count": len(data), "used": n, "selection": f"first {n}", "images_sha256": data.manifest.get("images_sha256"),
+            "manifest_sha256": sha256_file(data.path / "manifest.json")}
+    ref = compute_reference(np.asarray(data.images[:n]), args.out, spec, data_info=info, device=_eval_device(args),
+                            batch_size=cfg.batch_size)
+    log.info("%s reference (%d images, %s) -> %s (sha256 %s)", name, ref.count, ", ".join(ref.meta["tools"]),
+             args.out, ref.sha256)
+    return 0
+
+
+def _reference_stats_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, help="prepared data folder (the reference set)")
+    p.add_argument("--extractor", choices=("digits-cnn", "inception-v3"), default=None,
+                   help="feature extractor (default: eval.feature_extractor, else digits-cnn)")
+    p.add_argument("--weights", type=Path, default=None,
+                   help="digits-cnn weights file, or folder with the Inception weights (default: eval.feature_weights)")
+    p.add_argument("--out", type=Path, required=True, help="reference .npz to write")
+    p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
+    _config_args(p)
+    _runtime_args(p)
+
+
+cmd_reference_stats.configure = _reference_stats_args
+
+
+@command("evaluate", "FID/KID/precision-recall of samples.npz against a reference file (both tools)")
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Score samples with torch-fidelity and clean-fid; write metrics.json with the protocol record."""
+    _setup_torch(args)
+    from timestep_lab.metrics import evaluate_file
+
+    res = evaluate_file(args.samples, args.reference, args.out, cfg=_eval_config(args), weights=args.weights,
+                        device=_eval_device(args))
+    log.info("%s: %s -> %s", res["label"], ", ".join(f"{r['value']:.5g} ({r['tool']})" for r in res["records"]
+                                                     if r["metric"] == "fid"), args.out)
+    return 0
+
+
+def _evaluate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--samples", type=Path, required=True, help="samples.npz (from `sample`)")
+    p.add_argument("--reference", type=Path, required=True, help="reference .npz (from `reference-stats`)")
+    p.add_argument("--out", type=Path, required=True, help="metrics.json to write")
+    p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
+    _config_args(p)
+    _runtime_args(p)
+
+
+cmd_evaluate.configure = _evaluate_args
+
+
+def _snapshot_sample_config(model: Path, args: argparse.Namespace):
+    """The model's own sample settings, changed by --config's sample section and sample.* overrides."""
+    from timestep_lab.config import SampleConfig, apply_overrides, config_from_dict, load_yaml
+    from timestep_lab.io import load_torch
+
+    data = dict(load_torch(model).get("config", {}).get("sample", {}))
+    if args.config:
+        data.update(load_yaml(args.config).get("sample", {}) or {})
+    data = apply_overrides({"sample": data}, [o for o in args.overrides if o.startswith("sample.")])["sample"]
+    return config_from_dict(data, f"{model} sample settings", SampleConfig)
+
+
+@command("evaluate-snapshots", "sample and score several checkpoints of one run (FID against images seen)")
+def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
+    """Sample every snapshot-*.pt of --snapshots (and/or each --models file) into a temporary
+    folder, score it against --reference, and write {"points": [...]} sorted by images seen."""
+    _setup_torch(args)
+    from timestep_lab.config import ConfigError
+    from timestep_lab.io import atomic_write_json
+    from timestep_lab.metrics import PROGRESS_FORMAT, evaluate_models
+
+    models = sorted(Path(args.snapshots).glob("snapshot-*.pt")) if args.snapshots else []
+    if args.snapshots and not models:
+        raise ConfigError(f"{args.snapshots}: no snapshot-*.pt files (train with train.snapshot_every_kimg set)")
+    models += list(args.models or [])
+    if not models:
+        raise ConfigError("give --snapshots DIR and/or --models FILE ...")
+    cfg = _eval_config(args, allowed=("eval", "sample"))
+    points = evaluate_models(models, args.reference, lambda m: _snapshot_sample_config(m, args), cfg=cfg,
+                             weights=args.weights, device=_eval_device(args), progress=not args.no_progress)
+    first = points[0]
+    atomic_write_json(args.out, {"format": PROGRESS_FORMAT, "label": first["label"],
+                                 "reference_file": first["reference_file"],
+                                 "reference_sha256": first["reference_sha256"], "points": points})
+    log.info("%d points -> %s", len(points), args.out)
+    return 0
+
+
+def _evaluate_snapshots_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--snapshots", type=Path, default=None, help="folder holding snapshot-*.pt")
+    p.add_argument("--models", type=Path, nargs="+", default=None, help="model or snapshot files")
+    p.add_argument("--reference", type=Path, required=True, help="reference .npz (from `reference-stats`)")
+    p.add_argument("--out", type=Path, required=True, help="fid_progress.json to write")
+    p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
+    _config_args(p)
+    _runtime_args(p)
+
+
+cmd_evaluate_snapshots.configure = _evaluate_snapshots_args
+
+
 # ------------------------------------------------------------------------------- main
 
 

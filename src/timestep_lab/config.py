@@ -199,6 +199,8 @@ class TrainConfig:
     channels_last: bool | None = None  # None: on CUDA only
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     on_nonfinite: str = "fail"  # fail: raise; record: write the run as diverged and exit 0
+    init_from: str | None = None  # start from this model.pt's weights (fine-tuning); fresh optimizer
+    init_from_ema: bool = True  # take the EMA weights of init_from (else the raw ones)
 
     def __post_init__(self) -> None:
         _require(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
@@ -244,15 +246,43 @@ class SampleConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Evaluation protocol (see :mod:`timestep_lab.metrics`)."""
+    """Evaluation protocol (see :mod:`timestep_lab.metrics`).
 
-    feature_extractor: str = "digits-cnn"  # digits-cnn | inception-v3
-    feature_weights: str | None = None  # path to the extractor's weights file
+    ``feature_extractor`` picks the extractor of ``reference-stats`` (null: digits-cnn);
+    ``evaluate`` always uses the reference file's extractor and, when this is set, checks that
+    they match. ``feature_weights``: the digits-CNN weights file, or for
+    ``inception-v3`` a folder holding ``weights-inception-2015-12-05-6726825d.pth``
+    (torch-fidelity) and ``inception-2015-12-05.pt`` (clean-fid); null means the libraries'
+    caches (and, for the digits CNN, the file the reference was computed with).
+    KID: ``kid_subsets`` subsets of ``min(kid_subset_size, n_generated, n_reference)`` samples
+    drawn with seed ``kid_seed`` (both tools).
+    """
+
+    feature_extractor: str | None = None  # digits-cnn | inception-v3 | null (see above)
+    feature_weights: str | None = None  # weights file (digits-cnn) or folder (inception-v3)
     num_samples: int | None = None  # None: all samples in samples.npz
-    kid_subset_size: int = 1000
-    precision_recall: bool = True
     tools: tuple[str, ...] = ("torch-fidelity", "clean-fid")
+    kid: bool = True
+    kid_subset_size: int = 1000
+    kid_subsets: int = 100
+    kid_seed: int = 0
+    precision_recall: bool = True  # torch-fidelity only, in the extractor's feature space
     batch_size: int = 500
+    download_weights: bool = True  # Inception weights absent from disk: try the libraries' download URL
+    download_timeout_s: float = 10.0  # network timeout of that download (DNS and socket)
+
+    def __post_init__(self) -> None:
+        _require(self.feature_extractor in (None, "digits-cnn", "inception-v3"),
+                 f"feature_extractor must be digits-cnn or inception-v3, got {self.feature_extractor!r}")
+        _require(self.num_samples is None or self.num_samples >= 2, f"num_samples must be >= 2 or null, got {self.num_samples}")
+        _require(len(self.tools) > 0 and all(t in ("torch-fidelity", "clean-fid") for t in self.tools)
+                 and len(set(self.tools)) == len(self.tools),
+                 f"tools must be a non-empty list of torch-fidelity and/or clean-fid, got {list(self.tools)}")
+        _require(self.kid_subset_size >= 2, f"kid_subset_size must be >= 2, got {self.kid_subset_size}")
+        _require(self.kid_subsets > 0, f"kid_subsets must be > 0, got {self.kid_subsets}")
+        _require(self.kid_seed >= 0, f"kid_seed must be >= 0, got {self.kid_seed}")
+        _require(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        _require(self.download_timeout_s > 0, f"download_timeout_s must be > 0, got {self.download_timeout_s}")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,362 @@
+"""FID/KID through torch-fidelity and clean-fid: the digits CNN, the reference file, the
+protocol record, agreement with our own Fréchet distance, and the Inception paths offline."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from timestep_lab.cli import main
+from timestep_lab.config import ConfigError, EvalConfig, config_from_dict
+from timestep_lab.data import PreparedData
+from timestep_lab.features import load_digits_cnn, sidecar_path
+from timestep_lab.io import load_torch, save_torch, sha256_file
+from timestep_lab import metrics
+from timestep_lab.metrics import (
+    CF_INCEPTION_FILE, TF_INCEPTION_FILE, WeightsMissingError, evaluate_samples, frechet_distance, load_reference,
+)
+from timestep_lab.sampling import save_samples
+
+FAST = EvalConfig(kid_subsets=10, kid_subset_size=300)  # KID with fewer subsets: same code path, faster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """These networks are small or the batches tiny; on a shared 2-core machine two intra-op
+    threads ran Inception 7x slower than one (spinning OpenMP workers), so use one here."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+# ------------------------------------------------------------------------------ Fréchet distance
+
+
+def test_frechet_distance_matches_closed_form_for_gaussians():
+    rng = np.random.default_rng(0)
+    d = 6
+    mu1, mu2 = rng.normal(size=d), rng.normal(size=d)
+    a, b = rng.uniform(0.1, 3, d), rng.uniform(0.1, 3, d)
+    # diagonal covariances: |mu1 - mu2|^2 + sum (sqrt(a) - sqrt(b))^2
+    expected = float(((mu1 - mu2) ** 2).sum() + ((np.sqrt(a) - np.sqrt(b)) ** 2).sum())
+    assert frechet_distance(mu1, np.diag(a), mu2, np.diag(b)) == pytest.approx(expected, rel=1e-10)
+    # a common rotation leaves the distance unchanged
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    got = frechet_distance(q @ mu1, q @ np.diag(a) @ q.T, q @ mu2, q @ np.diag(b) @ q.T)
+    assert got == pytest.approx(expected, rel=1e-9)
+    # 1-D: (m1 - m2)^2 + (s1 - s2)^2
+    assert frechet_distance([1.0], [[4.0]], [-2.0], [[9.0]]) == pytest.approx(9.0 + 1.0)
+    # non-commuting covariances: against tr sqrtm(S1 S2) from scipy
+    from scipy import linalg
+
+    s1 = np.cov(rng.normal(size=(50, d)), rowvar=False)
+    s2 = np.cov(rng.normal(size=(50, d)) @ rng.normal(size=(d, d)), rowvar=False)
+    ref = ((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.trace(linalg.sqrtm(s1 @ s2)).real
+    assert frechet_distance(mu1, s1, mu2, s2) == pytest.approx(ref, rel=1e-8)
+    assert frechet_distance(mu1, s1, mu1, s1) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_eval_config_is_validated():
+    with pytest.raises(ConfigError, match="tools"):
+        config_from_dict({"tools": ["pytorch-fid"]}, "t", EvalConfig)
+    with pytest.raises(ConfigError, match="kid_subset_size"):
+        config_from_dict({"kid_subset_size": 1}, "t", EvalConfig)
+    with pytest.raises(ConfigError, match="feature_extractor"):
+        config_from_dict({"feature_extractor": "vgg"}, "t", EvalConfig)
+
+
+# ------------------------------------------------------------------------------ digits CNN + reference
+
+
+@pytest.fixture(scope="module")
+def digits_cnn(digits_dir, digits_test_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("features") / "digits_cnn.pt"
+    assert main(["train-features", "--data", str(digits_dir), "--test-data", str(digits_test_dir),
+                 "--out", str(out), "--seed", "0"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def digits_ref(digits_cnn, digits_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ref") / "digits-train.npz"
+    assert main(["reference-stats", "--data", str(digits_dir), "--extractor", "digits-cnn",
+                 "--weights", str(digits_cnn), "--out", str(out)]) == 0
+    return out
+
+
+def test_digits_cnn_reaches_95_percent_held_out_and_records_its_hash(digits_cnn, digits_test_dir):
+    side = json.loads(sidecar_path(digits_cnn).read_text())
+    assert side["sha256"] == sha256_file(digits_cnn)
+    obj = load_torch(digits_cnn)  # weights_only=True
+    assert obj["arch"] == "digits-cnn-v1" and obj["feature_dim"] == 64 and obj["num_test"] == 359
+    assert obj["accuracy"] >= 0.95, obj["accuracy"]
+    net, _ = load_digits_cnn(digits_cnn)
+    test = PreparedData(digits_test_dir)
+    pred = net(torch.from_numpy(np.array(test.images)).permute(0, 3, 1, 2)).argmax(1).numpy()
+    assert (pred == test.labels).mean() == pytest.approx(obj["accuracy"])
+
+
+def test_reference_file_holds_both_tools_features_and_provenance(digits_ref, digits_cnn, digits_dir):
+    ref = load_reference(digits_ref)
+    n = len(PreparedData(digits_dir))
+    assert ref.count == n and ref.meta["extractor"] == "digits-cnn"
+    assert ref.arrays["tf_features"].shape == ref.arrays["cf_features"].shape == (n, 64)
+    assert ref.meta["feature_weights_sha256"] == {t: sha256_file(digits_cnn) for t in ("clean-fid", "torch-fidelity")}
+    assert ref.meta["data"]["images_sha256"] == PreparedData(digits_dir).manifest["images_sha256"]
+    assert set(ref.meta["tool_versions"]) == {"torch-fidelity", "clean-fid"}
+    # both libraries fed the network the same 8x8 pixels
+    np.testing.assert_allclose(ref.arrays["tf_features"], ref.arrays["cf_features"], rtol=1e-5, atol=1e-5)
+
+
+def test_fid_and_kid_of_a_set_against_itself_are_zero(digits_ref, digits_dir):
+    images = np.array(PreparedData(digits_dir).images)
+    n = len(images)
+    # KID subsets of the whole set: every subset pair is the set against a permutation of itself
+    cfg = EvalConfig(kid_subset_size=n, kid_subsets=1)
+    res = evaluate_samples(images, digits_ref, cfg=cfg)
+    ref = load_reference(digits_ref)
+    scale = np.trace(ref.arrays["tf_sigma"])
+    assert abs(res["fid"]) < 1e-6 * scale and abs(res["fid_clean_fid"]) < 1e-6 * scale, res
+    # the unbiased MMD^2 estimate of a set against itself is -2 (mean k(x,x) - mean k(x,y)) / n: O(1/n), ~0
+    f = ref.arrays["tf_features"].astype(np.float64)
+    k = (f @ f.T / f.shape[1] + 1) ** 3
+    diag, off = np.trace(k) / n, (k.sum() - np.trace(k)) / (n * (n - 1))
+    expected = -2 * (diag - off) / n
+    assert res["kid"] == pytest.approx(expected, rel=1e-3) and res["kid_clean_fid"] == pytest.approx(expected, rel=1e-3)
+    noise = np.random.default_rng(0).integers(0, 256, size=(500, 8, 8, 1), dtype=np.uint8)
+    far = evaluate_samples(noise, digits_ref, cfg=FAST)
+    assert abs(res["kid"]) < 0.02 * far["kid"] and abs(res["kid_clean_fid"]) < 0.02 * far["kid_clean_fid"]
+    assert res["precision"] == 1.0 and res["recall"] == 1.0
+
+
+def test_both_tools_agree_with_our_frechet_distance_on_digits_features(digits_ref, digits_cnn, digits_test_dir):
+    test = np.array(PreparedData(digits_test_dir).images)
+    res = evaluate_samples(test, digits_ref, cfg=FAST)
+    net, _ = load_digits_cnn(digits_cnn)
+    with torch.no_grad():
+        f_test = net.features(torch.from_numpy(test).permute(0, 3, 1, 2)).double().numpy()
+    f_ref = load_reference(digits_ref).arrays["tf_features"].astype(np.float64)
+    ours = frechet_distance(f_test.mean(0), np.cov(f_test, rowvar=False), f_ref.mean(0), np.cov(f_ref, rowvar=False))
+    assert ours > 0.1
+    assert res["fid"] == pytest.approx(ours, rel=1e-3)
+    assert res["fid_clean_fid"] == pytest.approx(ours, rel=1e-3)
+
+
+def test_wrapper_equals_direct_library_calls(digits_ref, digits_cnn, digits_dir, digits_test_dir, tmp_path):
+    """Our reference-file route gives exactly what each library computes from the two image sets."""
+    import torch_fidelity
+    from cleanfid import fid as cfid
+
+    train, test = np.array(PreparedData(digits_dir).images), np.array(PreparedData(digits_test_dir).images)
+    res = evaluate_samples(test, digits_ref, cfg=EvalConfig(kid=False, precision_recall=False))
+    direct = torch_fidelity.calculate_metrics(
+        input1=metrics._Images(test), input2=metrics._Images(train), fid=True, feature_extractor="digits-cnn",
+        feature_extractor_weights_path=str(digits_cnn), cuda=False, cache=False, verbose=False, save_cpu_ram=True)
+    assert res["fid"] == pytest.approx(direct[torch_fidelity.KEY_METRIC_FID], rel=1e-6)
+    for name, imgs in (("gen", test), ("ref", train)):
+        (tmp_path / name).mkdir()
+        for i, img in enumerate(imgs):
+            np.save(tmp_path / name / f"{i:05d}.npy", img)
+    net, _ = load_digits_cnn(digits_cnn)
+    score = cfid.compute_fid(str(tmp_path / "gen"), str(tmp_path / "ref"), mode="clean",
+                             custom_feat_extractor=metrics.CleanFidDigitsCNN(net), custom_fn_resize=metrics.keep_pixels,
+                             num_workers=0, batch_size=500, device=torch.device("cpu"), verbose=False)
+    assert res["fid_clean_fid"] == pytest.approx(score, rel=1e-6)
+
+
+def test_evaluate_cli_writes_the_protocol_record(digits_ref, digits_cnn, digits_test_dir, tmp_path):
+    test = np.array(PreparedData(digits_test_dir).images)
+    meta = {"method": "ddim", "steps": 50, "eta": 0.0, "use_ema": True, "seed_range": [0, len(test) - 1],
+            "nimg": 60_000, "model": "run/model.pt", "model_sha256": "ab" * 32}
+    save_samples(tmp_path / "samples.npz", test, list(range(len(test))), meta)
+    out = tmp_path / "metrics.json"
+    assert main(["evaluate", "--samples", str(tmp_path / "samples.npz"), "--reference", str(digits_ref),
+                 "--out", str(out), "--set", "eval.kid_subsets=5", "--set", "eval.kid_subset_size=200"]) == 0
+    res = json.loads(out.read_text())
+    assert res["label"] == "FID (digits-CNN features)" and res["nimg"] == 60_000 and res["kimg"] == 60.0
+    assert res["fid"] > 0 and res["fid_clean_fid"] > 0 and res["kid"] is not None and res["precision"] is not None
+    required = {"metric", "value", "tool", "tool_version", "feature_extractor", "feature_weights_sha256",
+                "num_generated", "num_reference", "sampler", "steps", "eta", "ema", "seed_range", "reference_file",
+                "reference_sha256", "label"}
+    got = {(r["tool"], r["metric"]) for r in res["records"]}
+    assert got == {("torch-fidelity", m) for m in ("fid", "kid_mean", "kid_std", "precision", "recall")} | \
+        {("clean-fid", m) for m in ("fid", "kid_mean")}
+    for r in res["records"]:
+        assert required <= set(r), required - set(r)
+        assert r["feature_weights_sha256"] == sha256_file(digits_cnn)
+        assert r["reference_sha256"] == sha256_file(digits_ref)
+        assert (r["num_generated"], r["num_reference"], r["sampler"], r["steps"], r["ema"]) == (359, 1438, "ddim", 50, True)
+        assert r["seed_range"] == [0, 358] and r["feature_extractor"] == "digits-cnn"
+    assert [r["label"] for r in res["records"] if r["metric"] == "fid"] == ["FID (digits-CNN features)"] * 2
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic write left nothing behind
+
+
+def test_evaluate_refuses_mismatched_weights_or_extractor(digits_ref, digits_cnn, digits_test_dir, tmp_path, capsys):
+    test = np.array(PreparedData(digits_test_dir).images)
+    save_samples(tmp_path / "s.npz", test, list(range(len(test))), {})
+    other = tmp_path / "other.pt"
+    save_torch({**load_torch(digits_cnn), "seed": 123}, other)  # same network, different file
+    base = ["evaluate", "--samples", str(tmp_path / "s.npz"), "--reference", str(digits_ref), "--out",
+            str(tmp_path / "m.json")]
+    assert main(base + ["--weights", str(other)]) == 2
+    assert "differs from the weights" in capsys.readouterr().err
+    assert main(base + ["--set", "eval.feature_extractor=inception-v3"]) == 2
+    assert "digits-cnn extractor" in capsys.readouterr().err
+    assert main(base + ["--set", "sample.steps=3"]) == 2
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_fid_orders_test_split_below_noise(digits_ref, digits_test_dir):
+    test = np.array(PreparedData(digits_test_dir).images)
+    noise = np.random.default_rng(1).integers(0, 256, size=test.shape, dtype=np.uint8)
+    cfg = EvalConfig(kid=False, precision_recall=False)
+    a, b = evaluate_samples(test, digits_ref, cfg=cfg), evaluate_samples(noise, digits_ref, cfg=cfg)
+    assert 0 < a["fid"] < b["fid"] and 0 < a["fid_clean_fid"] < b["fid_clean_fid"]
+
+
+def test_evaluate_snapshots_gives_fid_against_images_seen(digits_dir, digits_ref, tmp_path):
+    from conftest import tiny_config
+    from timestep_lab.train import train
+
+    cfg = tiny_config(digits_dir, train={"total_kimg": 2.0, "batch_size": 64, "snapshot_every_kimg": 1.0,
+                                         "checkpoint_every_kimg": 2.0, "log_every_kimg": 1.0})
+    run = train(cfg, tmp_path / "run", progress=False)
+    out = tmp_path / "fid_progress.json"
+    assert main(["evaluate-snapshots", "--snapshots", str(run.out_dir / "snapshots"), "--reference", str(digits_ref),
+                 "--out", str(out), "--set", "sample.num_samples=24", "--set", "sample.steps=4",
+                 "--set", "eval.kid_subsets=3", "--no-progress"]) == 0
+    progress = json.loads(out.read_text())
+    assert progress["label"] == "FID (digits-CNN features)" and progress["reference_sha256"] == sha256_file(digits_ref)
+    points = progress["points"]
+    assert [p["nimg"] for p in points] == sorted(p["nimg"] for p in points) and len(points) == 2
+    assert points[0]["kimg"] == pytest.approx(points[0]["nimg"] / 1000)
+    for p in points:
+        assert set(p["fid"]) == {"torch-fidelity", "clean-fid"} and p["num_generated"] == 24 and p["steps"] == 4
+        assert p["label"] == "FID (digits-CNN features)" and p["model_sha256"]
+
+
+# ------------------------------------------------------------------------------ Inception, offline
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No network, and the libraries' weight caches pointed at empty temp folders."""
+
+    def refuse(*args, **kwargs):
+        raise OSError("network blocked by the test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: (_ for _ in ()).throw(socket.gaierror("blocked")))
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+    monkeypatch.setattr(metrics, "CLEANFID_CACHE_DIR", tmp_path / "cleanfid-cache")
+    return tmp_path
+
+
+def test_missing_inception_weights_fail_fast_with_the_file_names(offline, digits_dir, capsys):
+    import cleanfid.fid  # noqa: F401  (import time is not what is timed below)
+    import torch_fidelity  # noqa: F401
+
+    for extra in ([], ["--set", "eval.download_weights=false"]):
+        t0 = time.perf_counter()
+        rc = main(["reference-stats", "--data", str(digits_dir), "--extractor", "inception-v3",
+                   "--out", str(offline / "ref.npz"), *extra])
+        elapsed = time.perf_counter() - t0
+        err = capsys.readouterr().err
+        assert rc == 2 and elapsed < 5, (rc, elapsed)
+        assert TF_INCEPTION_FILE in err and CF_INCEPTION_FILE in err, err
+        assert str(offline / "torch-home" / "hub" / "checkpoints") in err and str(offline / "cleanfid-cache") in err
+        assert ("failed after" in err) if not extra else ("downloads disabled" in err)
+        assert "Traceback" not in err
+    assert not (offline / "ref.npz").exists()
+    assert not list((offline / "torch-home").rglob("*.pth")) if (offline / "torch-home").exists() else True
+    with pytest.raises(WeightsMissingError, match=TF_INCEPTION_FILE):
+        metrics.load_feature_extractor("inception-v3", offline / "nowhere", tools=("torch-fidelity",), download=False)
+
+
+@pytest.fixture(scope="module")
+def inception_weights(tmp_path_factory) -> Path:
+    """Randomly initialised Inception-v3 weights in both libraries' real formats: torch-fidelity's
+    state dict of its own module (built without a download) and a TorchScript module with
+    clean-fid's interface (``.layers(x) -> [B, 2048]`` on 299x299 input; torchvision's
+    Inception-v3 architecture, since the NVIDIA TF-graph port cannot be rebuilt offline)."""
+    import torchvision
+    import torch_fidelity.feature_extractor_inceptionv3 as tfi
+
+    folder = tmp_path_factory.mktemp("inception")
+
+    def init(module):
+        for m in module.modules():
+            if isinstance(m, torch.nn.Conv2d):
+                torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+
+    torch.manual_seed(0)
+    with pytest.MonkeyPatch.context() as m:  # construct without weights: skip the download and the load
+        m.setattr(tfi, "load_state_dict_from_url", lambda *a, **k: {})
+        m.setattr(tfi.FeatureExtractorInceptionV3, "load_state_dict", lambda self, sd, strict=True: None)
+        fe = tfi.FeatureExtractorInceptionV3("inception-v3-compat", ["2048"])
+    init(fe)
+    torch.save(fe.state_dict(), folder / TF_INCEPTION_FILE)
+
+    class CleanFidInception(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            net = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False)
+            net.fc = torch.nn.Identity()
+            init(net)
+            self.layers = net.eval()
+
+        def forward(self, x):
+            return self.layers(x)
+
+    # shapes are not baked into the traced convolutions and pools: trace on a small input
+    traced = torch.jit.trace(CleanFidInception().eval(), torch.rand(1, 3, 75, 75), check_trace=False)
+    torch.jit.save(traced, str(folder / CF_INCEPTION_FILE))
+    return folder
+
+
+def _tiny_rgb(tmp_path: Path, n: int, seed: int = 0) -> Path:
+    """A prepared folder of ``n`` random 3x32x32 images (the on-disk format of `prepare`)."""
+    data = tmp_path / "rgb"
+    data.mkdir()
+    np.save(data / "images.npy", np.random.default_rng(seed).integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8))
+    (data / "manifest.json").write_text(json.dumps({"dataset": "tiny-rgb", "split": "train", "count": n,
+                                                    "shape": [32, 32, 3], "images_sha256": sha256_file(data / "images.npy")}))
+    return data
+
+
+def test_inception_weights_load_and_extract_offline(offline, inception_weights, tmp_path):
+    """reference-stats through both libraries' Inception loaders, no network: 2048-d features."""
+    ref_file = tmp_path / "ref.npz"
+    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 3)), "--extractor", "inception-v3",
+                 "--weights", str(inception_weights), "--out", str(ref_file)]) == 0
+    ref = load_reference(ref_file)
+    assert ref.arrays["tf_features"].shape == ref.arrays["cf_features"].shape == (3, 2048)
+    for key in ("tf_features", "cf_features"):
+        assert np.isfinite(ref.arrays[key]).all() and ref.arrays[key].std() > 0
+    assert ref.meta["feature_weights_sha256"] == {"torch-fidelity": sha256_file(inception_weights / TF_INCEPTION_FILE),
+                                                  "clean-fid": sha256_file(inception_weights / CF_INCEPTION_FILE)}
+    assert ref.meta["label"] == "FID (Inception-v3)" and ref.meta["cleanfid_resize"].startswith("clean")
+
+
+@pytest.mark.slow  # two 2048x2048 matrix square roots: ~40 s on a 2-core CPU
+def test_inception_path_runs_end_to_end_offline(offline, inception_weights, tmp_path):
+    ref_file = tmp_path / "ref.npz"
+    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 3)), "--extractor", "inception-v3",
+                 "--weights", str(inception_weights), "--out", str(ref_file)]) == 0
+    samples = np.random.default_rng(1).integers(0, 256, size=(2, 32, 32, 3), dtype=np.uint8)
+    save_samples(tmp_path / "samples.npz", samples, [0, 1], {"method": "ddpm", "steps": 10})
+    out = tmp_path / "metrics.json"
+    assert main(["evaluate", "--samples", str(tmp_path / "samples.npz"), "--reference", str(ref_file),
+                 "--weights", str(inception_weights), "--out", str(out), "--set", "eval.precision_recall=false"]) == 0
+    res = json.loads(out.read_text())
+    assert res["label"] == "FID (Inception-v3)" and np.isfinite(res["fid"]) and np.isfinite(res["fid_clean_fid"])
+    assert {r["tool"] for r in res["records"]} == {"torch-fidelity", "clean-fid"}
+    assert all(r["feature_extractor"] == "inception-v3" and r["num_reference"] == 3 and r["feature_dim"] == 2048
+               for r in res["records"])
