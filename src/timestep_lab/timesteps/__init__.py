@@ -4,7 +4,24 @@
     sampler = make_sampler("uniform", num_timesteps=T, alpha_bar=alpha_bar)
     t, weight = sampler.sample(batch_size, generator, x0=None)
 
-See :mod:`timestep_lab.timesteps.base` for the interface.
+See :mod:`timestep_lab.timesteps.base` for the interface. One module per sampler (METHODS.md 1):
+
+==================  ===========================================================  ==========  ========
+name                p(t)                                                         weight      stateful
+==================  ===========================================================  ==========  ========
+uniform             1 / T                                                        1
+loss_second_moment  sqrt(E[L_t^2]) over the last 10 losses, mixed with uniform   1/(T p_t)   yes
+speed               k/Z for t < tau, 1/Z after, with dual pairing (SpeeD)         1
+adaptive            Beta(pi_phi(x0)) learned by REINFORCE (2411.09998)            1           yes
+clts                uniform -> truncated Gaussian curriculum over images seen     1           yes
+slots               uniform over the union of active slots (2502.01990)          1
+slot_balanced       slot uniformly, then t uniformly in it                       1/(T p_t)(*)
+toward_zero         exp(-t / scale)                                               1
+logit_normal        floor(sigmoid(N(m, s^2)) T) (SD3)                            1
+lognormal           nearest t to ln sigma ~ N(P_mean, P_std^2) (EDM)             1
+==================  ===========================================================  ==========  ========
+
+(*) when ``unbiased`` (the default).
 """
 
 from __future__ import annotations
@@ -13,7 +30,10 @@ from typing import Any
 
 import torch
 
-from timestep_lab.timesteps import uniform  # noqa: F401  (registers itself)
+# each module registers its sampler(s) on import
+from timestep_lab.timesteps import (  # noqa: F401
+    adaptive, clts, logit_normal, lognormal, loss_second_moment, slot_balanced, slots, speed, toward_zero, uniform,
+)
 from timestep_lab.timesteps.base import TimestepSampler
 from timestep_lab.timesteps.registry import SAMPLERS
 
