@@ -17,6 +17,8 @@ from typing import Callable
 
 __all__ = ["main", "COMMANDS"]
 
+from timestep_lab.config import ConfigError  # torch-free
+
 log = logging.getLogger("timestep_lab")
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
@@ -143,30 +145,51 @@ cmd_train.configure = _train_args
 
 @command("sample", "draw samples from a trained model into samples.npz (+ PNG grid)")
 def cmd_sample(args: argparse.Namespace) -> int:
-    """Sample with the model's own `sample:` settings, changed by --config/--set."""
+    """Sample with the model's own `sample:` settings, changed by --config/--set. With
+    --gt-data/--gt-range the true x0 of held-out images replaces the prediction inside the range."""
     _setup_torch(args)
-    from timestep_lab.artifacts import load_model
-    from timestep_lab.config import SampleConfig, apply_overrides, config_from_dict, config_to_dict, load_yaml
+    from timestep_lab.config import SampleConfig, apply_overrides, config_from_dict, load_yaml
     from timestep_lab.io import load_torch
     from timestep_lab.sampling import generate
     from timestep_lab.train import resolve_device
 
-    embedded = load_torch(args.model).get("config", {}).get("sample", {})
+    embedded = {}
+    if args.format == "timestep_lab":
+        obj = load_torch(args.model)
+        embedded = obj.get("config", {}).get("sample", {}) if isinstance(obj, dict) else {}
     data = dict(embedded)
     if args.config:
         data.update(load_yaml(args.config).get("sample", {}))
     data = apply_overrides({"sample": data}, args.overrides)["sample"]
     cfg = config_from_dict(data, f"{args.model} sample settings", SampleConfig)
+    gt_images = None
+    if args.gt_data is not None:
+        from timestep_lab.data import PreparedData
+
+        if args.gt_range is None:
+            raise ConfigError("--gt-data needs --gt-range LO HI (0-based inclusive original timesteps)")
+        gt_images = PreparedData(args.gt_data).images
+    elif args.gt_range is not None:
+        raise ConfigError("--gt-range needs --gt-data (the held-out images whose x0 replaces the prediction)")
     device = resolve_device(args.device or "auto")
-    info = generate(args.model, args.out, cfg, device=device, grid_png=args.grid, progress=not args.no_progress)
+    info = generate(args.model, args.out, cfg, device=device, grid_png=args.grid, progress=not args.no_progress,
+                    fmt=args.format, gt_images=gt_images, gt_range=tuple(args.gt_range) if args.gt_range else None,
+                    mixed_inference=args.mixed_inference)
     log.info("%d samples (%s, %d steps) -> %s", info["num_samples"], info["method"], info["steps"], args.out)
     return 0
 
 
 def _sample_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, required=True, help="model.pt or a snapshot")
+    p.add_argument("--model", type=Path, required=True, help="model.pt, a snapshot, or a pretrained checkpoint")
+    p.add_argument("--format", default="timestep_lab", choices=("timestep_lab", "diffusers", "guided_diffusion"),
+                   help="checkpoint format of --model")
     p.add_argument("--out", type=Path, required=True, help="samples.npz to write")
     p.add_argument("--grid", type=Path, default=None, help="PNG grid of the first sample.grid_size images")
+    p.add_argument("--gt-data", type=Path, default=None, help="prepared held-out images for ground-truth replacement")
+    p.add_argument("--gt-range", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+                   help="replace the x0 prediction by the truth for original timesteps LO..HI (0-based, inclusive)")
+    p.add_argument("--mixed-inference", default=None, choices=("profile", "eps", "x0", "v"),
+                   help="mixed models: per-t head from the model file (profile) or a fixed head")
     _config_args(p)
     _runtime_args(p)
 
@@ -340,6 +363,8 @@ cmd_evaluate_snapshots.configure = _evaluate_snapshots_args
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import timestep_lab.cli_analyses  # noqa: F401  (registers the analysis and report commands)
+
     parser = argparse.ArgumentParser(prog="python -m timestep_lab", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -352,7 +377,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
-    from timestep_lab.config import ConfigError
     from timestep_lab.io import ArtifactError
     from timestep_lab.train import NonFiniteLossError
 

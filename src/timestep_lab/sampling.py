@@ -31,10 +31,10 @@ from torch import Tensor, nn
 
 from timestep_lab.config import SampleConfig
 from timestep_lab.diffusion import GaussianDiffusion
-from timestep_lab.predictions import HEADS, MixedPrediction, Prediction
+from timestep_lab.predictions import MixedPrediction, Prediction
 
 __all__ = ["StackedGenerator", "respaced_timesteps", "Denoiser", "reverse_loop", "sample_images",
-           "GroundTruth", "save_grid", "save_samples", "load_samples"]
+           "GroundTruth", "save_grid", "save_samples", "load_samples", "generate"]
 
 
 class StackedGenerator:
@@ -225,52 +225,45 @@ def load_samples(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, An
     return images, seeds, meta
 
 
-def mixed_head_table(meta: dict[str, Any], prediction: Prediction, mode: str) -> None:
-    """Set a mixed model's per-t inference head from its metadata (``profile``) or a fixed rule."""
-    if not isinstance(prediction, MixedPrediction):
-        return
-    if mode == "profile":
-        head = meta.get("mixed_head_per_t")
-        if head is None:
-            raise ValueError("mixed_inference=profile but the model file has no measured mixed_head_per_t")
-        prediction.head_per_t = torch.as_tensor(head, dtype=torch.long)
-    else:
-        prediction.head_per_t = torch.full_like(prediction.head_per_t, HEADS.index(mode))
-
-
 def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, device: torch.device | str = "cpu",
-             grid_png: str | Path | None = None, progress: bool = True, gt_images: Tensor | None = None,
-             gt_range: tuple[int, int] | None = None) -> dict[str, Any]:
+             grid_png: str | Path | None = None, progress: bool = True, fmt: str = "timestep_lab",
+             gt_images: np.ndarray | None = None, gt_range: tuple[int, int] | None = None,
+             mixed_inference: str | None = None) -> dict[str, Any]:
     """Sample ``cfg.num_samples`` images from a model file into ``samples.npz`` (+ PNG grid).
 
+    :param fmt: ``timestep_lab`` (our model.pt / snapshots) or a pretrained format.
+    :param gt_images: uint8 NHWC held-out images for ground-truth replacement inside the
+        0-based inclusive ``gt_range`` of original timesteps; sample ``i`` uses image ``i``.
     Returns the metadata stored in the file (sampler, steps, eta, EMA, seeds, model hash...).
     """
-    from timestep_lab.artifacts import load_model
-    from timestep_lab.components import build_diffusion, build_prediction
-    from timestep_lab.io import sha256_file
+    from timestep_lab.artifacts import load_for_inference
+    from timestep_lab.data import to_float
 
     device = torch.device(device)
-    model, run_cfg, meta = load_model(model_path, use_ema=cfg.use_ema, device=device)
-    diffusion = build_diffusion(run_cfg)
-    prediction = build_prediction(run_cfg)
-    mixed_head_table(meta, prediction, run_cfg.diffusion.mixed_inference)
+    loaded = load_for_inference(model_path, fmt, use_ema=cfg.use_ema, device=device, mixed_inference=mixed_inference)
+    diffusion, prediction, meta = loaded.diffusion, loaded.prediction, loaded.info
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else None
-    denoise = Denoiser(model, prediction, diffusion, clip_x0=cfg.clip_x0, autocast=autocast)
-    seeds = list(range(cfg.seed_base, cfg.seed_base + cfg.num_samples))
+    denoise = Denoiser(loaded.net, prediction, diffusion, clip_x0=cfg.clip_x0, autocast=autocast)
+    n = cfg.num_samples
+    gt = None
+    if gt_images is not None:
+        n = min(n, len(gt_images))  # one held-out image per sample
+        gt = to_float(torch.from_numpy(np.ascontiguousarray(gt_images[:n])).permute(0, 3, 1, 2))
+    seeds = list(range(cfg.seed_base, cfg.seed_base + n))
     shape = (int(meta["channels"]), int(meta["image_size"]), int(meta["image_size"]))
     images = sample_images(denoise, diffusion, image_shape=shape, seeds=seeds, method=cfg.method, steps=cfg.steps,
                            eta=cfg.eta if cfg.method == "ddim" else 1.0, batch_size=cfg.batch_size, device=device,
-                           gt_images=gt_images, gt_range=gt_range, progress=progress, desc=f"sampling {Path(model_path).parent.name}")
+                           gt_images=gt, gt_range=gt_range, progress=progress,
+                           desc=f"sampling {Path(model_path).parent.name}")
     info = {
-        "model": str(model_path), "model_sha256": sha256_file(model_path), "nimg": int(meta.get("nimg", 0)),
+        "model": str(model_path), "model_sha256": meta["sha256"], "model_format": fmt, "nimg": meta.get("nimg"),
         "status": meta.get("status", "ok"), "method": cfg.method,
         "steps": len(respaced_timesteps(diffusion.T, cfg.steps)), "num_timesteps": diffusion.T,
-        "eta": cfg.eta if cfg.method == "ddim" else None, "use_ema": cfg.use_ema, "clip_x0": cfg.clip_x0,
-        "seed_range": [cfg.seed_base, cfg.seed_base + cfg.num_samples - 1], "num_samples": cfg.num_samples,
-        "prediction": run_cfg.diffusion.prediction, "gt_range": list(gt_range) if gt_range else None,
+        "eta": cfg.eta if cfg.method == "ddim" else None, "use_ema": meta.get("use_ema"), "clip_x0": cfg.clip_x0,
+        "seed_range": [cfg.seed_base, cfg.seed_base + n - 1], "num_samples": n,
+        "prediction": meta.get("prediction"), "gt_range": list(gt_range) if gt_range else None,
     }
     if isinstance(prediction, MixedPrediction):
-        info["mixed_inference"] = run_cfg.diffusion.mixed_inference
         info["mixed_head_per_t"] = prediction.head_per_t.tolist()
     save_samples(out_npz, images, seeds, info)
     if grid_png is not None and cfg.grid_size > 0:

@@ -286,6 +286,38 @@ def _mixed_head_profile(model: nn.Module, diffusion: GaussianDiffusion, predicti
     return full, full.argmin(dim=0)
 
 
+def _init_weights(net: nn.Module, ema: EMA, path: str, use_ema: bool) -> None:
+    """Fine-tuning: load trained weights into the network and the EMA.
+
+    Accepts our ``model.pt``/snapshots (EMA or raw weights) and openai guided-diffusion state dicts
+    (same parameter names as our UNet; with learned sigma only the eps output channels are kept).
+    """
+    obj = load_torch(path)
+    if isinstance(obj, dict) and "format" in obj:
+        key = "ema" if use_ema else "model"
+        if key not in obj:
+            raise ArtifactError(f"{path}: train.init_from has no '{key}' weights")
+        state = obj[key]
+    elif isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        state = {k: v.float() for k, v in obj.items()}  # a guided-diffusion release (possibly fp16)
+        w, b = state.get("out.2.weight"), state.get("out.2.bias")
+        out_w = net.state_dict().get("out.2.weight")
+        if w is not None and out_w is not None and w.shape[0] == 2 * out_w.shape[0]:
+            state["out.2.weight"], state["out.2.bias"] = w[: out_w.shape[0]], b[: out_w.shape[0]]
+    else:
+        raise ArtifactError(f"{path}: train.init_from must be a timestep_lab model.pt/snapshot or a guided-diffusion "
+                            f"state dict (diffusers folders cannot be fine-tuned by this trainer)")
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ArtifactError(f"{path}: weights do not fit this run's network ({str(exc).splitlines()[0]})") from None
+    with torch.no_grad():
+        for e, p in zip(ema.params, net.parameters()):
+            e.copy_(p)
+        for e, b in zip(ema.buffers, net.buffers()):
+            e.copy_(b)
+
+
 def _publish(paths: RunPaths) -> None:
     """Copy the finished log and snapshots next to model.pt (hard links where possible)."""
     if paths.state_log.exists():
@@ -377,8 +409,11 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         nimg, step, wall_before = int(ckpt["nimg"]), int(ckpt["step"]), float(ckpt["wall_time_s"])
         _truncate_log(paths.state_log, nimg)
         log.info("resumed %s at %.1f kimg (step %d)", paths.out, nimg / 1000, step)
-    elif world.is_main:
-        shutil.rmtree(paths.state, ignore_errors=True)
+    else:
+        if tc.init_from:
+            _init_weights(net, ema, tc.init_from, tc.init_from_ema)
+        if world.is_main:
+            shutil.rmtree(paths.state, ignore_errors=True)
     if world.is_main:
         dump_config(cfg, paths.config)
         paths.state.mkdir(parents=True, exist_ok=True)

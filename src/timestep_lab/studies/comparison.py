@@ -1,9 +1,14 @@
 """Sampler comparison: FID curves against images seen and the speed-up to a baseline.
 
-Speed-up (SpeeD, arXiv 2405.17403, Sec. 4; CLTS, arXiv 2404.07946): the images a method needs
-to reach the baseline's *final* FID, ``speedup = kimg_baseline_total / kimg_method_to_reach``,
-with the crossing point interpolated linearly between evaluation points. A method that never
-reaches it has no speed-up (NaN), which reports print as "not reached".
+Speed-up (SpeeD, arXiv 2405.17403, Sec. 4; CLTS, arXiv 2404.07946): how many fewer images a
+method needs to reach the baseline's *final* FID ``F``::
+
+    speedup = kimg_baseline_to_reach(F) / kimg_method_to_reach(F)
+
+where ``kimg_to_reach`` is the first crossing of the mean curve, interpolated linearly between
+evaluation points. Measuring the baseline with the same crossing rule makes its own speed-up
+exactly 1 even when its curve is noisy (it may touch its final value before the end). A method
+that never reaches ``F`` has no speed-up (NaN), which reports print as "not reached".
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ def speedups(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], base
         return {}
     bk, bf = curves[baseline]
     last = max(range(len(bk)), key=lambda i: bk[i])
-    target, total = bf[last], bk[last]
+    target = bf[last]
+    base_reach = kimg_to_reach(bk, bf, target)
     out = {}
     for variant, (k, f) in curves.items():
         reach = kimg_to_reach(k, f, target)
-        out[variant] = total / reach if reach == reach and reach > 0 else math.nan
+        out[variant] = base_reach / reach if reach == reach and reach > 0 else math.nan
     return out
