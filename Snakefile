@@ -1,0 +1,25 @@
+# timestep-lab study workflow. Thin: configuration, validation and rules live in workflow/.
+#   snakemake                                   # the embedded default (digits, CPU)
+#   snakemake --configfile config/smoke.yaml    # the CI-sized study
+#   snakemake --profile cluster --configfile config/cifar10.yaml
+from snakemake.utils import min_version
+
+min_version("8.20")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/analyses.smk"
+include: "workflow/rules/report.smk"
+include: "workflow/rules/targets.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        final_outputs(),

@@ -1,0 +1,79 @@
+"""The study run table (timestep_lab.workflow): ids, dedupe, derived runs, errors."""
+
+import pytest
+
+from timestep_lab.config import ConfigError, config_from_dict
+from timestep_lab.workflow import build_runs, scale_range, study_runs
+
+
+def study(**groups):
+    return {
+        "study": "t",
+        "data": {"dataset": "digits", "train_split": "train"},
+        "base": {"train": {"batch_size": 64, "total_kimg": 4}, "diffusion": {"num_timesteps": 100}},
+        "samplers": {"uniform": {"name": "uniform"}, "speed": {"name": "speed", "params": {"k": 5}}},
+        "weightings": {"none": {"name": "none"}, "speed": {"name": "speed"}},
+        "evaluation": {"progress_every_kimg": 2},
+        "groups": groups,
+    }
+
+
+def test_grid_times_seeds_with_readable_ids_and_shared_runs():
+    s = study(a={"grid": {"sampler": ["uniform", "speed"]}, "seeds": [0, 1], "progress": True},
+              b={"grid": {"schedule": ["linear", "cosine"]}, "seeds": [0]})
+    runs = build_runs(s)
+    assert sorted(runs) == sorted([
+        "uniform_none_eps_b64_linear_s0", "uniform_none_eps_b64_linear_s1", "speed_none_eps_b64_linear_s0",
+        "speed_none_eps_b64_linear_s1", "uniform_none_eps_b64_cosine_s0"])
+    shared = runs["uniform_none_eps_b64_linear_s0"]
+    assert shared.groups == ("a", "b") and shared.progress
+    assert shared.config["train"]["snapshot_every_kimg"] == 2  # followed during training
+    assert "snapshot_every_kimg" not in runs["uniform_none_eps_b64_cosine_s0"].config["train"]
+    sp = runs["speed_none_eps_b64_linear_s1"].config
+    assert sp["timesteps"] == {"name": "speed", "params": {"k": 5}} and sp["train"]["seed"] == 1
+    assert sp["data"]["path"] == "data/prepared/digits-train"
+    config_from_dict(sp)  # a valid RunConfig
+
+
+def test_list_entries_and_overrides():
+    s = study(c={"list": [{"seed": 2, "overrides": {"model.channels": 24}}, {"sampler": "speed", "weighting": "speed"}]})
+    runs = build_runs(s)
+    assert set(runs) == {"uniform_none_eps_b64_linear_s2_ch24", "speed_speed_eps_b64_linear_s0"}
+    assert runs["uniform_none_eps_b64_linear_s2_ch24"].config["model"]["channels"] == 24
+
+
+def test_errors_name_the_place():
+    with pytest.raises(ConfigError, match="groups.a.grid: unknown axis 'sampler_name'"):
+        build_runs(study(a={"grid": {"sampler_name": ["uniform"]}}))
+    with pytest.raises(ConfigError, match="sampler 'nope' is not in the samplers catalogue"):
+        build_runs(study(a={"grid": {"sampler": ["nope"]}}))
+    with pytest.raises(ConfigError, match=r"groups.a.list\[0\]: unknown key"):
+        build_runs(study(a={"list": [{"sampler": "uniform", "lr": 1}]}))
+    with pytest.raises(ConfigError, match="defined twice with different settings"):
+        build_runs(study(a={"list": [{"id": "x"}, {"id": "x", "seed": 3}]}))
+
+
+def test_derived_runs_for_the_analyses():
+    s = study(batch_size={"grid": {"batch_size": [16, 64]}})
+    s["analyses"] = {"slots": {"n_slots": 10, "finetune": [3, 9], "finetune_kimg": 2},
+                     "batch_size": {"small": 16, "toward_zero_kimg": 1, "toward_zero_scale": 20}}
+    s["reference"] = {"overrides": {"train.batch_size": 256}}
+    runs = study_runs(s)
+    assert runs["reference"].config["train"]["batch_size"] == 256
+    ft = runs["finetune_slot9"]
+    assert ft.init_from == "reference" and ft.config["timesteps"] == {"name": "slots", "params": {"active": [9]}}
+    assert ft.extra["slots_file"] == "analyses/slots.json" and ft.config["train"]["total_kimg"] == 2
+    tz = runs["toward_zero_from-uniform_none_eps_b16_linear_s0"]
+    assert tz.init_from == "uniform_none_eps_b16_linear_s0" and tz.config["train"]["batch_size"] == 16
+    assert tz.config["timesteps"] == {"name": "toward_zero", "params": {"scale": 20}}
+    s["analyses"]["slots"]["finetune"] = [11]
+    with pytest.raises(ConfigError, match="slot 11 is outside 1..n_slots=10"):
+        study_runs(s)
+
+
+def test_scale_range_maps_paper_ranges_to_T():
+    assert scale_range(1, 1000, 1000) == (0, 999)
+    assert scale_range(1, 10, 1000) == (0, 9)
+    assert scale_range(500, 1000, 1000) == (499, 999)
+    assert scale_range(1, 10, 100) == (0, 0)
+    assert scale_range(100, 500, 100) == (10, 49)

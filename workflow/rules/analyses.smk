@@ -1,0 +1,158 @@
+# The seed paper's analyses (METHODS.md 3) and the consistency study (4): files in, files out.
+# The computations live in timestep_lab.studies; these rules only wire files together.
+
+
+rule profile_losses:
+    """Per-timestep eps-MSE, VLB and gradient-norm variance on a fixed image and noise bank."""
+    input:
+        model=lambda wc: model_input(wc.run),
+        data=manifest(config["data"]["train_split"]),
+    output:
+        f"{RES}/analyses/profiles/{{run}}.json",
+    params:
+        model=lambda wc: model_path(wc.run),
+        data=parent_dir("data"),
+        fmt=lambda wc: model_format(wc.run),
+        bank=lambda wc: profile_args(wc.run),
+    log:
+        f"{LOGS}/analyses/profile_{{run}}.log",
+    threads: config["resources"]["threads"]
+    resources:
+        **gpu_resources(),
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab profile --model {params.model} --format {params.fmt} --data {params.data} {params.bank}"
+        " --out {output} --threads {threads} --no-progress > {log} 2>&1"
+
+
+rule slots:
+    """10 consecutive slots of equal summed eps-MSE of the reference model (seed Table 1)."""
+    input:
+        f"{RES}/analyses/profiles/reference.json",
+    output:
+        f"{RES}/analyses/slots.json",
+    params:
+        n=AN.get("slots", {}).get("n_slots", 10),
+    log:
+        f"{LOGS}/analyses/slots.log",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab slots --profile {input} --n-slots {params.n} --out {output} > {log} 2>&1"
+
+
+rule interference:
+    """Relative loss change of every slot after fine-tuning the reference on one slot (Fig. 2)."""
+    input:
+        reference=f"{RES}/analyses/profiles/reference.json",
+        finetuned=expand(f"{RES}/analyses/profiles/{{run}}.json", run=finetune_runs()),
+        slots=f"{RES}/analyses/slots.json",
+    output:
+        f"{RES}/analyses/interference.json",
+    params:
+        pairs=lambda wc, input: " ".join(f"{RUNS[r].extra['slot']}={p}" for r, p in zip(finetune_runs(), input.finetuned)),
+    log:
+        f"{LOGS}/analyses/interference.log",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab interference --reference {input.reference} --finetuned {params.pairs} --slots {input.slots}"
+        " --out {output} > {log} 2>&1"
+
+
+rule sample_contribution:
+    """Samples of the reference with the true x0 of held-out images inside one t range (Fig. 3a)."""
+    input:
+        model=model_input("reference"),
+        gt=manifest(config["data"]["test_split"] or config["data"]["train_split"]),
+    output:
+        npz=f"{RES}/analyses/contribution/{{label}}/samples.npz",
+        png=f"{RES}/analyses/contribution/{{label}}/samples.png",
+    params:
+        model=lambda wc: model_path("reference"),
+        fmt=model_format("reference"),
+        gt=lambda wc: (f"--gt-data {prepared(config['data']['test_split'] or config['data']['train_split'])}"
+                       f" --gt-range {CONTRIB_RANGES[wc.label][0]} {CONTRIB_RANGES[wc.label][1]}")
+        if CONTRIB_RANGES[wc.label] else "",
+        sets=eval_sample_overrides(AN.get("timestep_contribution", {}).get("num_samples", 500)),
+    log:
+        f"{LOGS}/analyses/contribution_{{label}}.log",
+    threads: config["resources"]["threads"]
+    resources:
+        **gpu_resources(),
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab sample --model {params.model} --format {params.fmt} {params.gt} --out {output.npz} --grid {output.png}"
+        " {params.sets} --threads {threads} --no-progress > {log} 2>&1"
+
+
+use rule evaluate as evaluate_contribution with:
+    input:
+        samples=f"{RES}/analyses/contribution/{{label}}/samples.npz",
+        reference=f"{RES}/eval/reference.npz",
+        weights=feature_weights_input(),
+    output:
+        f"{RES}/analyses/contribution/{{label}}/metrics.json",
+    log:
+        f"{LOGS}/analyses/contribution_{{label}}_evaluate.log",
+
+
+rule posterior:
+    """Posterior-mean coefficients of x0 and x_t over t (Fig. 3b) and the replacement ranges."""
+    input:
+        model=model_input("reference"),
+    output:
+        f"{RES}/analyses/posterior.json",
+    params:
+        model=lambda wc: model_path("reference"),
+        fmt=model_format("reference"),
+        ranges=" ".join(f"{lo} {hi}" for lo, hi in AN.get("timestep_contribution", {}).get("ranges", [])),
+    log:
+        f"{LOGS}/analyses/posterior.log",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab posterior --model {params.model} --format {params.fmt} --ranges {params.ranges} --out {output} > {log} 2>&1"
+
+
+rule profile_predictions:
+    """Per-t x0 error of the eps, x0, v and mixed models and the winner per t (Sec. 2.2)."""
+    input:
+        models=[model_path(r) for r in prediction_runs().values()],
+        data=manifest(config["data"]["train_split"]),
+    output:
+        f"{RES}/analyses/prediction_types.json",
+    params:
+        models=" ".join(f"{k}={model_path(r)}" for k, r in prediction_runs().items()),
+        data=parent_dir("data"),
+        bank=profile_args("predictions"),
+    log:
+        f"{LOGS}/analyses/prediction_types.log",
+    threads: config["resources"]["threads"]
+    resources:
+        **gpu_resources(),
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab predictions-profile --models {params.models} --data {params.data} {params.bank} --out {output}"
+        " --threads {threads} > {log} 2>&1"
+
+
+rule consistency:
+    """Same noise, different seeds/widths: paired vs unpaired sample distances (2404.07946)."""
+    input:
+        samples=[f"{run_dir(r)}/samples.npz" for r in consistency_runs()],
+        weights=feature_weights_input(),
+    output:
+        f"{RES}/analyses/consistency.json",
+    params:
+        samples=" ".join(f"{r}={run_dir(r)}/samples.npz" for r in consistency_runs()),
+        weights=weights_arg() if config["evaluation"]["extractor"] == "digits-cnn" else "",
+    log:
+        f"{LOGS}/analyses/consistency.log",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab consistency --samples {params.samples} {params.weights} --out {output} > {log} 2>&1"

@@ -1,0 +1,218 @@
+# Configuration, the run table and input functions (no rules here).
+import os
+import sys
+
+from snakemake.utils import validate
+
+from timestep_lab import workflow as W
+from timestep_lab.components import check_config
+from timestep_lab.config import ConfigError, config_from_dict
+
+
+validate(config, "../schemas/config.schema.yaml", set_default=True)
+
+CONFIG_SOURCE = str((workflow.overwrite_configfiles or workflow.configfiles or ["config"])[-1])
+STUDY = config["study"]
+RES = f"results/{STUDY}"
+REPORTS = f"reports/{STUDY}"
+LOGS = f"logs/{STUDY}"
+
+try:
+    RUNS = W.study_runs(config, source=CONFIG_SOURCE)
+    for _run in RUNS.values():  # registry names and parameters: fail before any job runs
+        check_config(config_from_dict(_run.config, f"{CONFIG_SOURCE} (run {_run.id})"), CONFIG_SOURCE + f" (run {_run.id})")
+except ConfigError as exc:
+    sys.exit(f"error: {exc}")
+
+wildcard_constraints:
+    run="[A-Za-z0-9._-]+",
+
+
+def run_dir(run):
+    return f"{RES}/runs/{run}"
+
+
+def prepared(split):
+    return W.prepared_dir(config["data"], split)
+
+
+def manifest(split):
+    """The manifest of a prepared split: the file that says the split is complete."""
+    return os.path.join(prepared(split), "manifest.json")
+
+
+def parent_dir(key):
+    """A param function: the folder holding input ``key`` (e.g. the prepared data folder)."""
+    return lambda wildcards, input: os.path.dirname(input[key])
+
+
+def report_params(wildcards, input):
+    """Every input of a report reaches the notebook as a parameter (lists joined by commas)."""
+    parts = [f"-p results_dir {RES}"]
+    for key, value in input.items():
+        if key == "notebook":
+            continue
+        parts.append(f"-p {key} {','.join(value) if isinstance(value, list) else value}")
+    return " ".join(parts)
+
+
+def train_resources():
+    r = config["resources"]
+    res = {"mem_mb": r["mem_mb"], "runtime": r["runtime_min"]}
+    if r["device"] == "cuda":
+        res["gpu"] = max(1, r["gpus"])
+        if r.get("gpu_model"):
+            res["gpu_model"] = r["gpu_model"]
+    return res
+
+
+def gpu_resources():
+    r = config["resources"]
+    res = {"mem_mb": r["mem_mb"], "runtime": max(10, r["runtime_min"] // 4)}
+    if r["device"] == "cuda":
+        res["gpu"] = 1
+        if r.get("gpu_model"):
+            res["gpu_model"] = r["gpu_model"]
+    return res
+
+
+def external(path):
+    """An input that lives outside the workflow (raw data, pretrained checkpoints, Inception
+    weights): tracked when present; when absent (a dry run on a laptop) the job that needs it
+    fails with a message naming the file instead of the whole DAG refusing to build."""
+    return [path] if path and os.path.exists(path) else []
+
+
+def model_path(run):
+    """The model file of a run; the reference may be a pretrained checkpoint on disk."""
+    if run == "reference" and config["reference"]["pretrained"]:
+        return config["reference"]["pretrained"]
+    return f"{run_dir(run)}/model.pt"
+
+
+def model_input(run):
+    """``model_path`` as a rule input (external checkpoints only when present)."""
+    if run == "reference" and config["reference"]["pretrained"]:
+        return external(config["reference"]["pretrained"])
+    return [model_path(run)]
+
+
+def init_model(wildcards):
+    run = RUNS[wildcards.run]
+    return model_input(run.init_from) if run.init_from else []
+
+
+def trained_runs():
+    return [r for r in RUNS if not (r == "reference" and config["reference"]["pretrained"])]
+
+
+def evaluated_runs():
+    return [r for r, run in RUNS.items() if run.groups]
+
+
+def progress_runs():
+    return [r for r, run in RUNS.items() if run.progress]
+
+
+def group_runs(group):
+    return [r for r, run in RUNS.items() if group in run.groups]
+
+
+def feature_weights():
+    """The feature extractor's weights: the digits CNN trained here, or configured Inception weights."""
+    if config["evaluation"]["extractor"] == "digits-cnn":
+        return f"{RES}/eval/digits-cnn.pt"
+    return config["evaluation"]["weights"]
+
+
+def feature_weights_input():
+    w = feature_weights()
+    return [w] if config["evaluation"]["extractor"] == "digits-cnn" else external(w)
+
+
+def weights_arg():
+    w = feature_weights()
+    return f"--weights {w}" if w else ""
+
+
+def eval_sample_overrides(num_samples):
+    s = config["evaluation"]["sample"]
+    sets = [f"sample.num_samples={num_samples}"]
+    sets += [f"sample.{k}={'null' if v is None else v}" for k, v in s.items()]
+    return " ".join(f"--set {x}" for x in sets)
+
+
+def final_outputs():
+    return [f"{REPORTS}/index.html"]
+
+
+def run_config_inputs(wildcards):
+    run = RUNS[wildcards.run]
+    inputs = {}
+    if run.init_from:
+        inputs["init"] = model_input(run.init_from)
+    if run.extra.get("slots_file"):
+        inputs["slots"] = f"{RES}/{run.extra['slots_file']}"
+    return inputs
+
+
+AN = config["analyses"]
+PROFILE = AN.get("loss_profile", {})
+CONTRIB_RANGES = W.contribution_ranges(config)
+
+
+def model_format(run):
+    if run == "reference" and config["reference"]["pretrained"]:
+        return config["reference"]["format"]
+    return "timestep_lab"
+
+
+def profile_args(run):
+    p = PROFILE
+    args = (f"--num-images {p.get('num_images', 256)} --stride {p.get('stride', 1)} --seed {p.get('seed', 1234)}"
+            f" --batch-size {p.get('batch_size', 256)}")
+    if run == "reference":  # gradient-norm variance only for the reference model
+        args += f" --grad-timesteps {p.get('grad_timesteps', 0)} --grad-samples {p.get('grad_samples', 16)}"
+    return args
+
+
+def finetune_runs():
+    return [r for r, run in RUNS.items() if run.extra.get("slot")]
+
+
+def batch_size_runs():
+    return group_runs("batch_size")
+
+
+def prediction_runs():
+    """{prediction type: run id} of the prediction_types group (lowest seed)."""
+    out = {}
+    for r in sorted(group_runs("prediction_types"), key=lambda r: RUNS[r].axes["seed"]):
+        out.setdefault(RUNS[r].axes["prediction"], r)
+    return out
+
+
+def _optim_schedule(run):
+    return RUNS[run].config.get("optim", {}).get("schedule", {}).get("name", "constant")
+
+
+def consistency_runs():
+    """Runs of the consistency group that differ only in seed or width (constant optimizer)."""
+    return [r for r in group_runs("consistency") if _optim_schedule(r) == "constant"]
+
+
+def momentum_runs():
+    """The consistency group's runs with momentum decay, and its constant-momentum baseline."""
+    return [r for r in group_runs("consistency") if _optim_schedule(r) != "constant"]
+
+
+def run_columns(run):
+    """Extra per-run columns of runs.csv/metrics.csv beyond the grid axes."""
+    cfg = RUNS[run].config
+    return {"optim_schedule": _optim_schedule(run), "channels": cfg.get("model", {}).get("channels")}
+
+
+def init_path(wildcards):
+    """The model a run starts from (written into its run config), or None."""
+    run = RUNS[wildcards.run]
+    return model_path(run.init_from) if run.init_from else None

@@ -1,0 +1,129 @@
+# Sampling and FID/KID: reference statistics once per data set and feature extractor, then
+# samples and metrics per run, and FID against images seen for runs followed during training.
+
+
+rule train_features:
+    """The digits-CNN feature extractor (digits only): "FID (digits-CNN features)"."""
+    input:
+        train=manifest(config["data"]["train_split"]),
+        test=manifest(config["data"]["test_split"] or "test"),
+    output:
+        f"{RES}/eval/digits-cnn.pt",
+    params:
+        train=parent_dir("train"),
+        test=parent_dir("test"),
+    log:
+        f"{LOGS}/eval/train_features.log",
+    threads: config["resources"]["threads"]
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab train-features --data {params.train} --test-data {params.test} --out {output}"
+        " --threads {threads} > {log} 2>&1"
+
+
+rule reference_stats:
+    input:
+        data=manifest(config["data"]["train_split"]),
+        weights=feature_weights_input(),
+    output:
+        f"{RES}/eval/reference.npz",
+    params:
+        data=parent_dir("data"),
+        extractor=config["evaluation"]["extractor"],
+        weights=weights_arg(),
+        max_images=lambda wc: W.opt("--max-images", config["evaluation"]["reference_max_images"]),
+    log:
+        f"{LOGS}/eval/reference_stats.log",
+    threads: config["resources"]["threads"]
+    resources:
+        **gpu_resources(),
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab reference-stats --data {params.data} --extractor {params.extractor} {params.weights}"
+        " {params.max_images} --out {output} --threads {threads} > {log} 2>&1"
+
+
+rule sample:
+    input:
+        model=lambda wc: model_input(wc.run),
+    output:
+        npz=f"{RES}/runs/{{run}}/samples.npz",
+        png=f"{RES}/runs/{{run}}/samples.png",
+    params:
+        model=lambda wc: model_path(wc.run),
+        sets=eval_sample_overrides(config["evaluation"]["num_samples"]),
+    log:
+        f"{LOGS}/sample/{{run}}.log",
+    threads: config["resources"]["threads"]
+    resources:
+        **gpu_resources(),
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab sample --model {params.model} --out {output.npz} --grid {output.png} {params.sets}"
+        " --threads {threads} --no-progress > {log} 2>&1"
+
+
+rule evaluate:
+    input:
+        samples=f"{RES}/runs/{{run}}/samples.npz",
+        reference=f"{RES}/eval/reference.npz",
+        weights=feature_weights_input(),
+    output:
+        f"{RES}/runs/{{run}}/metrics.json",
+    params:
+        weights=weights_arg(),
+    log:
+        f"{LOGS}/evaluate/{{run}}.log",
+    threads: config["resources"]["threads"]
+    resources:
+        **gpu_resources(),
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab evaluate --samples {input.samples} --reference {input.reference} {params.weights}"
+        " --out {output} --threads {threads} > {log} 2>&1"
+
+
+rule evaluate_progress:
+    """FID against images seen: sample and score every snapshot of a run."""
+    input:
+        snapshots=f"{RES}/runs/{{run}}/snapshots",
+        reference=f"{RES}/eval/reference.npz",
+        weights=feature_weights_input(),
+    output:
+        f"{RES}/runs/{{run}}/fid_progress.json",
+    params:
+        weights=weights_arg(),
+        sets=eval_sample_overrides(config["evaluation"]["progress_num_samples"]),
+    log:
+        f"{LOGS}/evaluate_progress/{{run}}.log",
+    threads: config["resources"]["threads"]
+    resources:
+        **gpu_resources(),
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab evaluate-snapshots --snapshots {input.snapshots} --reference {input.reference} {params.weights}"
+        " {params.sets} --out {output} --threads {threads} > {log} 2>&1"
+
+
+rule collect:
+    """One tidy table of every metric of the study (read it with pandas)."""
+    input:
+        metrics=expand(f"{RES}/runs/{{run}}/metrics.json", run=evaluated_runs()),
+        progress=expand(f"{RES}/runs/{{run}}/fid_progress.json", run=progress_runs()),
+        logs=expand(f"{RES}/runs/{{run}}/train_log.jsonl", run=evaluated_runs()),
+    output:
+        metrics=f"{RES}/metrics.csv",
+        runs=f"{RES}/runs.csv",
+        summary=f"{RES}/summary.json",
+    params:
+        runs=lambda wc: {r: {"axes": RUNS[r].axes, "groups": list(RUNS[r].groups), "columns": run_columns(r)} for r in RUNS},
+        res=lambda wc: RES,
+    log:
+        f"{LOGS}/collect.log",
+    run:
+        W.collect(params.runs, params.res, output.metrics, output.runs, output.summary)

@@ -1,0 +1,67 @@
+# Reports: papermill notebooks (reports/*.py, jupytext percent format) executed with the data
+# paths as parameters and converted to self-contained HTML; a jinja2 index per study.
+
+REPORTS_INPUTS = {
+    "sampler_comparison": dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv"),
+    "schedules": dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv"),
+    "loss_profile": dict(profile=f"{RES}/analyses/profiles/reference.json", slots=f"{RES}/analyses/slots.json"),
+    "slot_finetune": dict(interference=f"{RES}/analyses/interference.json", slots=f"{RES}/analyses/slots.json"),
+    "batch_size": dict(
+        metrics_csv=f"{RES}/metrics.csv",
+        runs_csv=f"{RES}/runs.csv",
+        profiles=expand(f"{RES}/analyses/profiles/{{run}}.json", run=batch_size_runs()),
+    ),
+    "timestep_contribution": dict(
+        metrics=expand(f"{RES}/analyses/contribution/{{label}}/metrics.json", label=list(CONTRIB_RANGES)),
+        posterior=f"{RES}/analyses/posterior.json",
+    ),
+    "prediction_types": dict(
+        profile=f"{RES}/analyses/prediction_types.json", metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv"
+    ),
+    "consistency": dict(
+        consistency=f"{RES}/analyses/consistency.json", metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv"
+    ),
+}
+REPORT_NAMES = list(REPORTS_INPUTS)
+
+
+localrules:
+    index,
+
+
+rule report:
+    input:
+        unpack(lambda wc: {"notebook": f"reports/{wc.name}.py", **REPORTS_INPUTS[wc.name]}),
+    output:
+        html=f"{REPORTS}/{{name}}.html",
+        ipynb=f"{REPORTS}/{{name}}.ipynb",
+    params:
+        args=report_params,
+    log:
+        f"{LOGS}/report/{{name}}.log",
+    wildcard_constraints:
+        name="|".join(REPORT_NAMES),
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab report --notebook {input.notebook} --out {output.html} {params.args} > {log} 2>&1"
+
+
+rule index:
+    input:
+        reports=expand(f"{REPORTS}/{{name}}.html", name=REPORT_NAMES),
+        summary=f"{RES}/summary.json",
+        slots=f"{RES}/analyses/slots.json",
+        template="reports/index.html.j2",
+    output:
+        f"{REPORTS}/index.html",
+    params:
+        study=STUDY,
+        config_source=CONFIG_SOURCE,
+    log:
+        f"{LOGS}/report/index.log",
+    run:
+        from timestep_lab.reporting import render_index
+
+        render_index(input.template, output[0], study=params.study, summary=input.summary, slots=input.slots,
+                     reports=list(input.reports), config_source=params.config_source)

@@ -1,0 +1,43 @@
+# Named targets for coarse callers (DVC stages, humans): `snakemake data`, `snakemake experiments`.
+
+
+localrules:
+    data,
+    experiments,
+    dvc_export,
+
+
+rule data:
+    """Prepared data and the evaluation reference (DVC stage `data`)."""
+    input:
+        manifest(config["data"]["train_split"]),
+        f"{RES}/eval/reference.npz",
+
+
+rule experiments:
+    """Every run trained, sampled and scored, and every analysis computed (DVC stage `results`)."""
+    input:
+        f"{RES}/metrics.csv",
+        f"{RES}/analyses/interference.json",
+        f"{RES}/analyses/prediction_types.json",
+        f"{RES}/analyses/consistency.json",
+        f"{RES}/analyses/posterior.json",
+        expand(f"{RES}/analyses/contribution/{{label}}/metrics.json", label=list(CONTRIB_RANGES)),
+        expand(f"{RES}/analyses/profiles/{{run}}.json", run=batch_size_runs()),
+
+
+rule dvc_export:
+    """DVC metrics and plots, outside the persisted result folders (DVC stage `reports`)."""
+    input:
+        summary=f"{RES}/summary.json",
+        metrics=f"{RES}/metrics.csv",
+        profile=f"{RES}/analyses/profiles/reference.json",
+    output:
+        metrics=f"dvc/{STUDY}/metrics.json",
+        fid_progress=f"dvc/{STUDY}/fid_progress.csv",
+        loss_profile=f"dvc/{STUDY}/loss_profile.csv",
+    log:
+        f"{LOGS}/dvc_export.log",
+    run:
+        W.dvc_export(input.summary, input.metrics, input.profile, output.metrics, output.fid_progress,
+                     output.loss_profile)
