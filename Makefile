@@ -12,19 +12,17 @@ venv: $(STAMP)
 
 $(STAMP): envs/requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r envs/requirements.lock
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
+# The whole default study (config/config.yaml); the workflow's default profile sets the cores.
 run: venv
-	$(PY) -m timestep_lab prepare digits --out data/prepared/digits-train --split train
-	$(PY) -m timestep_lab train --config config/digits-run.yaml --out results/digits-run
-	$(PY) -m timestep_lab sample --model results/digits-run/model.pt --out results/digits-run/samples.npz --grid results/digits-run/samples.png
-	@echo "samples: results/digits-run/samples.png"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake
+	@echo "Done. Open $(CURDIR)/reports/digits/index.html"
 
 test: venv
-	$(PY) -m pytest -x -q
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
 
 # Re-resolve the lock from pyproject.toml (needs the package registry).
 lock:
@@ -32,3 +30,4 @@ lock:
 	.lock-venv/bin/pip install --quiet -e '.[dev,diffusers]'
 	{ sed -n '1,3p' envs/requirements.lock; .lock-venv/bin/pip freeze --exclude-editable | grep -v '^timestep-lab'; } > envs/requirements.lock.new
 	mv envs/requirements.lock.new envs/requirements.lock && rm -rf .lock-venv
+	$(PY) envs/conda_from_lock.py
