@@ -272,3 +272,25 @@ def test_two_process_gloo_run_matches_one_process(digits_dir, tmp_path, name):
             torch.testing.assert_close(v, s2[k], rtol=1e-4, atol=1e-6)
         elif isinstance(v, torch.Tensor):
             assert torch.equal(v, s2[k]), k
+
+
+def test_a_non_finite_loss_decrease_skips_the_update_instead_of_poisoning_the_policy():
+    s = make_sampler("adaptive", num_timesteps=100, update_every=1)
+    x0 = images((1, 8, 8), n=6)
+    state = [1.0]
+    run_updates(s, x0, 1, fake_vlb(state), state)
+    before = [p.detach().clone() for p in s.policy.parameters()]
+    count = s.count
+
+    def inf_after(x0_, t, noise):  # e.g. a decoder NLL that overflowed
+        out = fake_vlb(state)(x0_, t, noise)
+        return out if state[0] > 0.5 else torch.full_like(out, float("inf"))
+
+    state[0] = 0.4
+    with pytest.warns(UserWarning, match="non-finite loss decrease"):
+        s.before_update(step=5, nimg=0, x0=x0, vlb_fn=fake_vlb([1.0]))
+        s.update(torch.zeros(6, dtype=torch.long), torch.ones(6), step=6, nimg=0, x0=x0, vlb_fn=inf_after)
+    assert s.count == count
+    assert all(torch.equal(a, b) for a, b in zip(before, s.policy.parameters()))
+    t, _ = s.sample(6, gen(1), x0=x0)
+    assert ((t >= 0) & (t < 100)).all()

@@ -1,5 +1,7 @@
 import math
 
+import numpy as np
+
 import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
@@ -94,3 +96,23 @@ def test_discretised_likelihood_sums_to_one():
     bins = torch.linspace(-1, 1, 256)
     total = discretized_gaussian_log_likelihood(bins, mean, log_scale).exp().sum()
     assert total.item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_decoder_likelihood_is_finite_and_exact_far_from_the_mean_in_float32():
+    """A bin far above (or below) a narrow Gaussian: the float64 closed form via scipy's log_ndtr
+    is matched in float32 (the naive log(Phi(u) - Phi(l)) is log(1 - 1) = -inf there)."""
+    from scipy.special import log_ndtr
+
+    from timestep_lab.diffusion import discretized_gaussian_log_likelihood
+
+    x = torch.tensor([0.3, -0.3, 0.3, 0.0, 0.5])
+    mean = torch.tensor([-1.0, 1.0, 0.29, 0.0, 0.45])
+    log_scale = torch.tensor([-4.9, -4.9, -4.9, -4.9, 0.5])
+    got = discretized_gaussian_log_likelihood(x, mean, log_scale)
+    xd, md, sd = x.double().numpy(), mean.double().numpy(), np.exp(log_scale.double().numpy())
+    u, l = (xd - md + 1 / 255) / sd, (xd - md - 1 / 255) / sd
+    # in the upper tail use survival functions, in the lower the CDFs (both exact in float64)
+    want = np.where(xd > md, log_ndtr(-l) + np.log1p(-np.exp(log_ndtr(-u) - log_ndtr(-l))),
+                    log_ndtr(u) + np.log1p(-np.exp(log_ndtr(l) - log_ndtr(u))))
+    assert torch.isfinite(got).all()
+    np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-4)

@@ -49,9 +49,15 @@ def discretized_gaussian_log_likelihood(x: Tensor, mean: Tensor, log_scale: Tens
     lower = inv_std * (centered - 1.0 / 255.0)
     log_cdf_upper = torch.special.log_ndtr(upper)
     log_sf_lower = torch.special.log_ndtr(-lower)  # log(1 - Phi(lower)), stable for large lower
-    # log(Phi(upper) - Phi(lower)) = log_cdf_upper + log1p(-exp(log_cdf_lower - log_cdf_upper))
-    log_cdf_lower = torch.special.log_ndtr(lower)
-    log_delta = log_cdf_upper + torch.log1p(-torch.exp(log_cdf_lower - log_cdf_upper).clamp(max=1 - 1e-12))
+    # The bin mass Phi(upper) - Phi(lower), in log space and in the tail the bin lies in (below the
+    # mean: CDFs; above it: survival functions), so it never is a difference of two numbers that
+    # round to 1 (which gave -inf in float32 for a bin far above the mean):
+    #   log(Phi(u) - Phi(l)) = log Phi(u) + log(-expm1(log Phi(l) - log Phi(u)))
+    #   log(S(l) - S(u))     = log S(l)   + log(-expm1(log S(u) - log S(l)))
+    # (the exponent is clamped below 0 so a bin narrower than float precision stays finite)
+    below = log_cdf_upper + torch.log(-torch.expm1((torch.special.log_ndtr(lower) - log_cdf_upper).clamp(max=-1e-30)))
+    above = log_sf_lower + torch.log(-torch.expm1((torch.special.log_ndtr(-upper) - log_sf_lower).clamp(max=-1e-30)))
+    log_delta = torch.where(centered > 0, above, below)
     return torch.where(x < -0.999, log_cdf_upper, torch.where(x > 0.999, log_sf_lower, log_delta))
 
 

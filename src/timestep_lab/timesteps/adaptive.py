@@ -309,6 +309,10 @@ class AdaptiveSampler(TimestepSampler):
         gather = context.get("gather") or (lambda z: z)
         shard = context.get("shard") or slice(0, B)
         diff = gather(pend["before"] - self._evaluate(pend, context["vlb_fn"], x0))[:len(pend["t"])]
+        if not bool(torch.isfinite(diff).all()):  # one sync per update (every f_S steps), not per sample
+            # a non-finite loss decrease would turn pi_phi into NaN for the rest of the run: skip it
+            warnings.warn(f"adaptive sampler: non-finite loss decrease at step {context.get('step')}; update skipped")
+            return
         n_t = len(self.grid)
         delta = diff[:n_t]
         rewards = diff[n_t:].view(B, pend["k"]).sum(dim=1)  # with the old S
