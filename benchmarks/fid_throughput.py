@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", type=Path, default=None, help="digits CNN weights (default: train one)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.n, args.repeats = min(args.n, 500), min(args.repeats, 2)
+        args.n, args.repeats = min(args.n, 256), min(args.repeats, 2)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     weights = args.weights
     if weights is None:
         test = args.test_data or prepare("digits", None, work / "digits-test", split="test")
-        weights = train_digits_cnn(data, test, work / "digits_cnn.pt", epochs=2 if args.quick else 30).path
+        weights = train_digits_cnn(data, test, work / "digits_cnn.pt", epochs=1 if args.quick else 30).path
     train = np.array(PreparedData(data).images)
     spec = load_feature_extractor("digits-cnn", weights)
     ref_file = work / "ref.npz"

@@ -21,6 +21,13 @@ its sampler.
 
     python benchmarks/sampler_overhead.py                       # 5 blocks x 80 steps, 1 thread
     python benchmarks/sampler_overhead.py --quick --json out.json   # CI: checks it runs; ratios rough
+    python benchmarks/sampler_overhead.py --device cuda --model cifar10 --samplers uniform adaptive --json out.json
+
+On CUDA the hand-over waits for the GPU (``torch.cuda.synchronize``) before taking the time, so
+each run's step time is its GPU time (the training step itself never synchronises: without this
+the host would run ahead and a run would be charged for work queued by the run before it). The
+extra sync also hides any host-device sync a sampler makes, so a sampler that synchronises shows
+its cost only through the time the host spends waiting inside its own step.
 """
 
 from __future__ import annotations
@@ -48,11 +55,18 @@ SAMPLER_PARAMS = {"adaptive": {"update_every": 40}}
 TARGETS = {"loss_second_moment": 1.05, "adaptive": 1.15}  # every other (stateless) sampler: 1.03
 
 
-def digits_config(data: Path, sampler: str, steps: int, device: str, params: dict | None = None):
+MODELS = {  # --model: the network's config overrides (as in benchmarks/train_step.py)
+    "digits": ["model.channels=16", "model.channel_mult=[1,2]", "model.num_res_blocks=1", "model.norm_groups=8"],
+    "cifar10": ["model.channels=128", "model.channel_mult=[1,2,2,2]", "model.num_res_blocks=2",
+                "model.attention_resolutions=[16]", "model.dropout=0.1", "model.norm_groups=32"],
+}
+
+
+def digits_config(data: Path, sampler: str, steps: int, device: str, params: dict | None = None,
+                  model: str = "digits"):
     kimg = steps * BATCH / 1000
     return load_config(None, [
-        f"data.path={data}", "model.channels=16", "model.channel_mult=[1,2]", "model.num_res_blocks=1",
-        "model.norm_groups=8", "diffusion.num_timesteps=1000", f"train.batch_size={BATCH}",
+        f"data.path={data}", *MODELS[model], "diffusion.num_timesteps=1000", f"train.batch_size={BATCH}",
         f"train.total_kimg={kimg}", f"train.log_every_kimg={kimg}", f"train.checkpoint_every_kimg={kimg}",
         f"train.device={device}", f"timesteps.name={sampler}",
         f"timesteps.params={json.dumps({**SAMPLER_PARAMS.get(sampler, {}), **(params or {})})}",
@@ -101,12 +115,15 @@ class LockstepRun(threading.Thread):
 
     def run(self) -> None:
         self.baton.wait(self.i)  # set-up runs one at a time, too
+        cuda = str(self.cfg.train.device).startswith("cuda")
         try:
             def timed_build(*args, **kwargs):  # the loop calls it once, at set-up, in this thread
                 sampler = self.build(*args, **kwargs)
                 draw = sampler.sample
 
                 def sample(*a, **k):
+                    if cuda:  # the GPU work queued by this run's step belongs to its time, not the next run's
+                        torch.cuda.synchronize()
                     self.ends.append(time.perf_counter())
                     self.baton.pass_on(self.i)
                     self.baton.wait(self.i)
@@ -135,6 +152,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--warmup", type=int, default=2, help="unmeasured steps at the start of each run")
     p.add_argument("--samplers", nargs="*", default=None, help="default: every registered sampler")
     p.add_argument("--adaptive-stride", type=int, default=None, help="adaptive's stride (default: its own)")
+    p.add_argument("--model", choices=sorted(MODELS), default="digits",
+                   help="digits (the 8x8 digits data) or cifar10 (DDPM's 35.7M UNet on random 32x32x3 images; GPU)")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.warmup, args.rounds = 4, 1, 1
@@ -147,10 +166,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     build = training.build_sampler
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data = prepare("digits", None, tmp / "digits")
+        if args.model == "digits":
+            data = prepare("digits", None, tmp / "digits")
+        else:  # the step time does not depend on the pixels: random CIFAR-sized images, no download
+            from common import synthetic_prepared
+
+            data = synthetic_prepared(tmp / "cifar10-like", 4096, 32, 3)
         baton = Baton(len(names))
         extra = {"adaptive": {"stride": args.adaptive_stride}} if args.adaptive_stride else {}
-        runs = [LockstepRun(i, baton, digits_config(data, n, n_steps, args.device, extra.get(n)), tmp / n, build)
+        runs = [LockstepRun(i, baton, digits_config(data, n, n_steps, args.device, extra.get(n), args.model), tmp / n,
+                            build)
                 for i, n in enumerate(names)]
         try:
             for r in runs:
@@ -167,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                   for b in range(args.rounds)] for n, r in zip(names, runs)}
     ratios = {n: [x / u for x, u in zip(blocks[n], blocks["uniform"])] for n in names}
     result = {n: median(ratios[n]) for n in names}
-    print(f"# {machine()}; digits, batch {BATCH}, T 1000, lockstep, {args.rounds} blocks x {args.steps} steps "
+    print(f"# {machine()}; {args.model}, batch {BATCH}, T 1000, lockstep, {args.rounds} blocks x {args.steps} steps "
           f"(+{args.warmup} warm-up); uniform {median(blocks['uniform']) * 1000:.1f} ms/step")
     print(f"{'sampler':<20} {'ms/step':>8} {'ratio':>7} {'target':>7}  per-block ratios")
     for n in names:

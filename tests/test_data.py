@@ -449,6 +449,61 @@ def test_loader_converts_and_flips(digits_dir):
         flipping.batch(idx)
 
 
+def test_index_stream_next_zero_is_empty_and_keeps_the_state():
+    stream = IndexStream(10, seed=3)
+    first = stream.next(4)
+    empty = stream.next(0)
+    assert empty.dtype == torch.long and empty.shape == (0,)
+    assert stream.state_dict() == {"epoch": 0, "pos": 4, "seed": 3, "n": 10}
+    untouched = IndexStream(10, seed=3)
+    assert torch.equal(torch.cat([first, stream.next(6), stream.next(0), stream.next(3)]), untouched.next(13))
+    stream.next(7)  # now exactly at an epoch boundary
+    assert stream.next(0).numel() == 0 and stream.state_dict() == {"epoch": 2, "pos": 0, "seed": 3, "n": 10}
+    with pytest.raises(ValueError, match="batch_size must be >= 0"):
+        stream.next(-1)
+
+
+def test_loader_staging_path_matches_the_direct_path(digits_dir, caplog):
+    """The pinned-staging logic (a ring of preallocated host buffers, one gather per batch, reused
+    only after its copy) runs on a CPU-only machine too: pinning is skipped with one warning and
+    the batches are unchanged."""
+    data = PreparedData(digits_dir)
+    direct = Loader(data)
+    assert not direct.stage
+    staged = Loader(data, stage=True, staging_buffers=2)
+    assert staged.stage and torch.equal(staged.images, direct.images) and not staged.images.is_pinned()
+    stream = IndexStream(len(data), seed=0)
+    batches, buffers = [], []
+    with caplog.at_level("WARNING", logger="timestep_lab.data"):
+        for size in (64, 64, 64, 32, 64):
+            idx = stream.next(size)
+            x = staged.batch(idx)
+            batches.append((idx, x))
+            buffers.append(staged._staging[(staged._slot - 1) % 2].data_ptr())
+            torch.testing.assert_close(x, direct.batch(idx), rtol=0, atol=0)
+    if torch.cuda.is_available():
+        assert staged.pinned and all(b.is_pinned() for b in staged._staging)
+    else:  # no driver: ordinary memory, one warning (not one per buffer or batch), no error
+        assert staged.pinned is False
+        assert sum("cannot pin host memory" in r.getMessage() for r in caplog.records) == 1
+    assert buffers[0] == buffers[2] == buffers[4] and buffers[1] == buffers[3] and buffers[0] != buffers[1]  # ring of 2
+    for idx, x in batches:  # later batches never overwrite earlier results (a result is never a staging buffer)
+        torch.testing.assert_close(x, direct.batch(idx), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="staging_buffers"):
+        Loader(data, stage=True, staging_buffers=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_loader_cuda_batches_match_cpu(digits_dir):
+    data = PreparedData(digits_dir)
+    gpu, cpu = Loader(data, "cuda"), Loader(data)
+    assert gpu.stage
+    for start in range(0, 640, 64):  # more batches than ring slots
+        idx = torch.arange(start, start + 64)
+        torch.testing.assert_close(gpu.batch(idx).cpu(), cpu.batch(idx), rtol=0, atol=0)
+    assert gpu.pinned
+
+
 def test_index_stream_epochs_and_resume():
     stream = IndexStream(10, seed=3)
     drawn = torch.cat([stream.next(3) for _ in range(10)])  # 30 indices = 3 epochs, batches cross epochs

@@ -132,3 +132,87 @@ def test_ddp_two_processes_match_one_process(digits_dir, tmp_path):
     assert len(l1) == len(l2) == 5
     assert l1 == pytest.approx(l2, rel=1e-5)
     assert_same_weights(weights(tmp_path / "one" / "model.pt"), weights(tmp_path / "two" / "model.pt"), exact=False)
+
+
+# ------------------------------------------------------------------ the factored step, compile fallback, snapshots
+
+
+def test_train_runs_the_factored_step_bit_identically(digits_dir, tmp_path):
+    """train() and build_train_step().step() are one code path: same per-step losses and weights, bitwise."""
+    from timestep_lab.train import build_train_step
+
+    cfg = tiny_config(digits_dir, train={"total_kimg": 0.16, "log_every_kimg": 0.032, "checkpoint_every_kimg": 0.16})
+    res = train(cfg, tmp_path / "run", progress=False)
+    logged = [r["loss"] for r in read_log(tmp_path / "run" / "train_log.jsonl")]
+    assert res.step == len(logged) == 5
+
+    ts = build_train_step(cfg)
+    stepped = [float(ts.step().loss) for _ in range(5)]
+    assert stepped == logged  # exact: a one-step log interval reports the step's loss
+    assert ts.nimg == res.nimg and ts.steps_done == res.step
+    final = load_torch(res.model_path)
+    assert_same_weights(final["model"], {k: v.detach() for k, v in ts.net.state_dict().items()})
+    assert all(torch.equal(a, b) for a, b in zip(final["ema"].values(), ts.ema.params))
+
+
+def _eager_reference(cfg, tmp_path):
+    train(cfg, tmp_path / "eager", progress=False)
+    return weights(tmp_path / "eager" / "model.pt"), [r["loss"] for r in read_log(tmp_path / "eager" / "train_log.jsonl")]
+
+
+def test_compile_failing_at_once_falls_back_to_eager(digits_dir, tmp_path, monkeypatch, caplog):
+    cfg = tiny_config(digits_dir, train={"total_kimg": 0.128, "log_every_kimg": 0.064})
+    ref_weights, ref_losses = _eager_reference(cfg, tmp_path)
+
+    def broken_compile(model, *args, **kwargs):
+        raise RuntimeError("no C++ compiler (simulated)")
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    compiled_cfg = tiny_config(digits_dir, train={"total_kimg": 0.128, "log_every_kimg": 0.064, "compile": True})
+    with caplog.at_level("WARNING", logger="timestep_lab.train"):
+        res = train(compiled_cfg, tmp_path / "run", progress=False)
+    assert res.status == "ok"
+    assert any("torch.compile failed" in r.getMessage() and "simulated" in r.getMessage() for r in caplog.records)
+    assert [r["loss"] for r in read_log(tmp_path / "run" / "train_log.jsonl")] == ref_losses
+    assert_same_weights(weights(res.model_path), ref_weights)
+
+
+def test_compile_failing_at_the_first_step_falls_back_to_eager(digits_dir, tmp_path, monkeypatch, caplog):
+    """torch.compile is lazy: most backend failures raise at the first forward. The first step
+    is redone eagerly (gradients dropped, RNG rewound), so the run equals an eager one bitwise."""
+    cfg = tiny_config(digits_dir, model={"dropout": 0.1}, train={"total_kimg": 0.128, "log_every_kimg": 0.064})
+    ref_weights, ref_losses = _eager_reference(cfg, tmp_path)
+    calls = []
+
+    class LazilyBroken(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x, t):
+            calls.append(1)
+            torch.rand(3)  # consume global RNG (as a compiled dropout would) before failing
+            self.inner(x, t).sum().backward()  # leave partial gradients behind
+            raise RuntimeError("BackendCompilerFailed: inductor could not build a kernel (simulated)")
+
+    monkeypatch.setattr(torch, "compile", lambda model, *a, **k: LazilyBroken(model))
+    compiled_cfg = tiny_config(digits_dir, model={"dropout": 0.1},
+                               train={"total_kimg": 0.128, "log_every_kimg": 0.064, "compile": True})
+    with caplog.at_level("WARNING", logger="timestep_lab.train"):
+        res = train(compiled_cfg, tmp_path / "run", progress=False)
+    assert res.status == "ok" and len(calls) == 1  # tried once, then eager for good
+    assert any("at the first training step" in r.getMessage() and "BackendCompilerFailed" in r.getMessage()
+               for r in caplog.records)
+    assert [r["loss"] for r in read_log(tmp_path / "run" / "train_log.jsonl")] == ref_losses
+    assert_same_weights(weights(res.model_path), ref_weights)
+
+
+def test_snapshots_closer_than_one_kimg_do_not_collide(digits_dir, tmp_path):
+    from timestep_lab.train import snapshot_name
+
+    cfg = tiny_config(digits_dir, train={"total_kimg": 0.64, "snapshot_every_kimg": 0.16})
+    train(cfg, tmp_path / "run", progress=False)
+    snaps = sorted((tmp_path / "run" / "snapshots").glob("snapshot-*.pt"))
+    assert [p.name for p in snaps] == [snapshot_name(n) for n in (160, 320, 480, 640)]
+    assert [load_torch(p)["nimg"] for p in snaps] == [160, 320, 480, 640]  # consumers read nimg from metadata
+    assert snapshot_name(1_500) < snapshot_name(12_000) < snapshot_name(100_000_000)  # names sort by images seen

@@ -1,6 +1,6 @@
 """Trained-model files and how to load them.
 
-``model.pt`` (final), ``snapshots/snapshot-XXXXXXkimg.pt`` (EMA weights during training) and
+``model.pt`` (final), ``snapshots/snapshot-NNNNNNNNN.pt (images seen)`` (EMA weights during training) and
 ``train_state/checkpoint.pt`` (full resumable state) are plain dicts of tensors and Python
 values, loaded with ``weights_only=True``. Each carries its resolved run config, so a model
 file alone says how it was trained.

@@ -134,7 +134,8 @@ class EMA:
     def update(self, model: nn.Module, batch_size: int, nimg: float) -> None:
         """``ema <- beta ema + (1 - beta) param``, one fused foreach call."""
         beta = self.beta(batch_size, nimg)
-        torch._foreach_lerp_(self.params, [p.detach() for p in model.parameters()], 1.0 - beta)
+        # under no_grad the parameters can be read as they are (no per-step list of detached views)
+        torch._foreach_lerp_(self.params, list(model.parameters()), 1.0 - beta)
         for b_ema, b in zip(self.buffers, model.buffers()):
             b_ema.copy_(b)
 

@@ -24,10 +24,14 @@ Files under ``out_dir``::
     config.yaml                     resolved config (written first)
     train_state/checkpoint.pt       latest full training state (resume point)
     train_state/train_log.jsonl     log so far
-    train_state/snapshots/          EMA weights every ``snapshot_every_kimg``
+    train_state/snapshots/          EMA weights every ``snapshot_every_kimg``: snapshot-{nimg:09d}.pt
     model.pt                        final weights + metadata   } written when training ends,
     train_log.jsonl                 the complete log             } never half-written
     snapshots/                      the snapshots (hard links)  }
+
+The per-step work is :meth:`TrainStep.step` (built by :func:`build_train_step`); ``train`` runs
+that same object and adds resuming, logging, checkpoints and snapshots, so benchmarks time the
+real step.
 
 A killed run resumes from ``train_state/checkpoint.pt`` and, on CPU, ends with bit-identical
 weights to an uninterrupted run.
@@ -62,7 +66,8 @@ from timestep_lab.io import ArtifactError, atomic_path, atomic_write_text, load_
 from timestep_lab.optim import EMA, make_optimizer, make_schedule
 from timestep_lab.predictions import HEADS, MixedPrediction, Prediction
 
-__all__ = ["train", "TrainResult", "NonFiniteLossError", "RunPaths", "resolve_device", "LOG_BINS"]
+__all__ = ["train", "build_train_step", "TrainStep", "StepOutput", "snapshot_name", "TrainResult", "NonFiniteLossError",
+           "RunPaths", "resolve_device", "LOG_BINS"]
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +175,9 @@ class _NonFiniteGuard:
     def observe(self, step: int, t: Tensor, losses: Tensor) -> None:
         bad = ~torch.isfinite(losses)
         new = bad.any() & (self.first_step < 0)
-        self.first_step = torch.where(new, torch.as_tensor(step, device=t.device), self.first_step)
+        # masked_fill passes ``step`` to the kernel as a scalar argument; torch.as_tensor(step, device=...)
+        # would be a pageable host-to-device copy, which on CUDA waits for the queued work every step
+        self.first_step = self.first_step.masked_fill(new, step)
         self.t = torch.where(new, t, self.t)
         self.bad = torch.where(new, bad, self.bad)
 
@@ -229,6 +236,10 @@ def _vlb_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Predicti
 
 
 def _compile(model: nn.Module, enabled: bool) -> nn.Module:
+    """``torch.compile(model)`` when ``enabled``; the eager ``model`` (with a warning) if that raises.
+
+    Most backend failures only show at the first call (compilation is lazy):
+    :meth:`TrainStep._forward_backward` guards the first step for those."""
     if not enabled:
         return model
     try:
@@ -289,11 +300,21 @@ def _mixed_head_profile(model: nn.Module, diffusion: GaussianDiffusion, predicti
 def _init_weights(net: nn.Module, ema: EMA, path: str, use_ema: bool) -> None:
     """Fine-tuning: load trained weights into the network and the EMA.
 
-    Accepts our ``model.pt``/snapshots (EMA or raw weights) and openai guided-diffusion state dicts
-    (same parameter names as our UNet; with learned sigma only the eps output channels are kept).
+    Accepts our ``model.pt``/snapshots (EMA or raw weights), openai guided-diffusion state dicts
+    (same parameter names as our UNet; with learned sigma only the eps output channels are kept)
+    and diffusers ``UNet2DModel`` folders (the one weight set of the folder; ``use_ema`` does not
+    apply), which fit the ``diffusers_unet2d`` network (``write_run_config`` sets it up).
     """
-    obj = load_torch(path)
-    if isinstance(obj, dict) and "format" in obj:
+    # A folder is a diffusers UNet2DModel: the only checkpoint format that is not a single file.
+    # The diffusers_unet2d network already holds those weights when built from the same folder;
+    # loading them again keeps one code path (and works when model.pretrained is another folder).
+    is_diffusers = Path(path).is_dir()
+    obj = None if is_diffusers else load_torch(path)
+    if is_diffusers:
+        from timestep_lab.models.pretrained import load_pretrained
+
+        state = load_pretrained(path, "diffusers")[0].state_dict()  # keys unet.*, as DiffusersEps has them
+    elif isinstance(obj, dict) and "format" in obj:
         key = "ema" if use_ema else "model"
         if key not in obj:
             raise ArtifactError(f"{path}: train.init_from has no '{key}' weights")
@@ -305,12 +326,14 @@ def _init_weights(net: nn.Module, ema: EMA, path: str, use_ema: bool) -> None:
         if w is not None and out_w is not None and w.shape[0] == 2 * out_w.shape[0]:
             state["out.2.weight"], state["out.2.bias"] = w[: out_w.shape[0]], b[: out_w.shape[0]]
     else:
-        raise ArtifactError(f"{path}: train.init_from must be a timestep_lab model.pt/snapshot or a guided-diffusion "
-                            f"state dict (diffusers folders cannot be fine-tuned by this trainer)")
+        raise ArtifactError(f"{path}: train.init_from must be a timestep_lab model.pt/snapshot, a guided-diffusion "
+                            f"state dict or a diffusers UNet2DModel folder")
     try:
         net.load_state_dict(state)
     except RuntimeError as exc:
-        raise ArtifactError(f"{path}: weights do not fit this run's network ({str(exc).splitlines()[0]})") from None
+        hint = ("; a diffusers folder needs model: {name: diffusers_unet2d, pretrained: <folder>, "
+                "pretrained_format: diffusers}" if is_diffusers else "")
+        raise ArtifactError(f"{path}: weights do not fit this run's network ({str(exc).splitlines()[0]}){hint}") from None
     with torch.no_grad():
         for e, p in zip(ema.params, net.parameters()):
             e.copy_(p)
@@ -319,9 +342,11 @@ def _init_weights(net: nn.Module, ema: EMA, path: str, use_ema: bool) -> None:
 
 
 def _publish(paths: RunPaths) -> None:
-    """Copy the finished log and snapshots next to model.pt (hard links where possible)."""
-    if paths.state_log.exists():
-        with atomic_path(paths.log) as tmp:
+    """Copy the finished log and snapshots next to model.pt (hard links where possible). The log
+    always exists afterwards (empty when a run diverged before its first log interval), so a
+    consumer never has to tell "not logged yet" from "not finished"."""
+    with atomic_path(paths.log) as tmp:
+        if paths.state_log.exists():
             shutil.copyfile(paths.state_log, tmp)
     paths.snapshots.mkdir(parents=True, exist_ok=True)
     if paths.state_snapshots.exists():
@@ -336,25 +361,197 @@ def _publish(paths: RunPaths) -> None:
                     shutil.copyfile(snap, tmp)
 
 
-# --------------------------------------------------------------------------------------- train
+# --------------------------------------------------------------------------------------- the step
 
 
-def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress: bool = True,
-          world: World = World(), stop_after_kimg: float | None = None) -> TrainResult:
-    """Train the run described by ``cfg`` into ``out_dir`` (see the module docstring).
+def snapshot_name(nimg: int) -> str:
+    """File name of the EMA snapshot taken after ``nimg`` images: ``snapshot-{nimg:09d}.pt``.
 
-    :param resume: continue from ``train_state/checkpoint.pt`` if present (else start over).
-    :param stop_after_kimg: stop (with a checkpoint, without the final files) once this many
-        kimg are done; for tests and time-limited jobs.
-    :raises NonFiniteLossError: when the loss becomes NaN/inf and ``train.on_nonfinite`` is ``fail``.
+    Named by images seen (not kimg), so snapshots spaced less than 1 kimg apart (small CI
+    configs use 0.5 kimg) never collide; zero-padded so names sort in training order. Readers
+    take ``nimg`` from the snapshot's metadata, never from the name."""
+    return f"snapshot-{int(nimg):09d}.pt"
+
+
+@dataclass
+class StepOutput:
+    """What one optimizer step returns (device tensors: reading them is the caller's sync).
+
+    ``t [B_local]`` the timesteps, ``loss_raw [B_local]`` the per-sample unweighted losses,
+    ``loss`` the float64 scalar objective ``sum_i(w_is_i w(t_i) l_i) / B_local`` that was
+    back-propagated (the value train_log.jsonl reports for an interval of one step)."""
+
+    t: Tensor
+    loss_raw: Tensor
+    loss: Tensor
+
+
+@dataclass(eq=False)
+class TrainStep:
+    """Every object one optimizer step touches, built once by :func:`build_train_step`;
+    :meth:`step` runs one step. :func:`train` drives exactly this object (and only adds logging,
+    checkpoints, snapshots and the final files around it), so a benchmark that calls
+    :meth:`step` times the real training step, not a copy of it.
+
+    ``nimg`` (images seen) and ``steps_done`` (optimizer steps) count what :meth:`step` did;
+    ``lr`` and ``beta1`` are the values its last call used.
+    """
+
+    cfg: RunConfig
+    world: World
+    device: torch.device
+    data: PreparedData
+    loader: Loader
+    diffusion: GaussianDiffusion
+    prediction: Prediction
+    net: nn.Module
+    ddp: nn.parallel.DistributedDataParallel | None
+    fwd: nn.Module  # what the loss calls: net or its DDP wrapper, possibly torch.compile'd
+    sampler: Any  # TimestepSampler
+    weight_table: Tensor  # [T] loss weighting w(t) on the device
+    optimizer: torch.optim.Optimizer
+    schedule: Any  # OptimSchedule
+    ema: EMA
+    stream: IndexStream
+    gen: torch.Generator  # flips, t, noise (on the device)
+    acc: _Accumulators
+    guard: _NonFiniteGuard
+    batch_gpu: int
+    rounds: int
+    shard: slice
+    channels_last: bool
+    autocast: Callable[[], Any]
+    vlb_fn: Callable
+    loss_fn: Callable
+    check_compile: bool = False  # fwd is compiled and its first call has not succeeded yet
+    nimg: int = 0
+    steps_done: int = 0
+    lr: float = 0.0
+    beta1: float = 0.0
+
+    def step(self) -> StepOutput:
+        """One optimizer step on the global batch (see the module docstring for the equations).
+
+        Sampler draw, ``q_sample``, forward, weighted loss, backward (over ``rounds``
+        micro-batches), gradient clipping, optimizer step, EMA update, sampler update, and the
+        per-interval sums on the device. Nothing here reads a device tensor on the host, so on
+        a GPU the host queues step k+1 while step k runs."""
+        B = self.cfg.train.batch_size
+        self.lr, self.beta1 = self.schedule.apply(self.optimizer, self.nimg)
+
+        # Draw the global batch; keep this rank's shard.
+        idx = self.stream.next(B)
+        x0_all = self.loader.batch(idx, self.gen)
+        t_all, w_all = self.sampler.sample(B, self.gen, x0=x0_all)
+        noise_all = torch.randn(x0_all.shape, generator=self.gen, device=self.device)
+        if self.channels_last:
+            x0_all, noise_all = (z.contiguous(memory_format=torch.channels_last) for z in (x0_all, noise_all))
+        context = dict(step=self.steps_done, nimg=self.nimg, x0=x0_all, vlb_fn=self.vlb_fn, gather=self.world.gather,
+                       world_size=self.world.size, shard=self.shard)
+        self.sampler.before_update(**context)
+        x0, t, w_is, noise = x0_all[self.shard], t_all[self.shard], w_all[self.shard], noise_all[self.shard]
+
+        # Forward/backward over micro-batches (gradient accumulation).
+        loss_raw, weighted_sums, heads = self._forward_backward(x0, t, w_is, noise)
+
+        # Optimizer step, EMA, sampler update.
+        if self.cfg.optim.grad_clip is not None:
+            self.acc.grad_norm += nn.utils.clip_grad_norm_(self.net.parameters(), self.cfg.optim.grad_clip,
+                                                           foreach=True).double()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.nimg += B
+        self.steps_done += 1
+        self.ema.update(self.net, B, self.nimg)
+        self.sampler.update(t, loss_raw, **{**context, "step": self.steps_done, "nimg": self.nimg})
+
+        # Bookkeeping on the device; train() reads it back once per log interval.
+        T = self.diffusion.T
+        for r, (s, head) in enumerate(zip(weighted_sums, heads)):
+            self.acc.loss += s
+            if head is not None:
+                mb = slice(r * self.batch_gpu, (r + 1) * self.batch_gpu)
+                self.acc.heads.index_put_((head, _bin_of(t[mb], T)), torch.ones_like(head, dtype=torch.float64),
+                                          accumulate=True)
+        self.acc.loss_raw += loss_raw.sum().double()
+        b = _bin_of(t, T)
+        self.acc.bin_sum.index_add_(0, b, loss_raw.double())
+        self.acc.bin_count.index_add_(0, b, torch.ones_like(loss_raw, dtype=torch.float64))
+        self.acc.steps += 1
+        self.guard.observe(self.steps_done - 1, t, loss_raw)
+        # float64, summed in the order train()'s log sums it: the logged loss of a one-step interval equals it bitwise
+        return StepOutput(t, loss_raw, torch.stack(weighted_sums).double().sum() / (self.batch_gpu * self.rounds))
+
+    def _micro_batches(self, x0: Tensor, t: Tensor, w_is: Tensor, noise: Tensor
+                       ) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+        """Forward and backward of each micro-batch; gradients are summed into ``.grad``.
+
+        Returns the raw per-sample losses ``[B_local]``, each micro-batch's weighted-loss sum and
+        its mixed-prediction winning heads (None for single-head types)."""
+        n = self.batch_gpu * self.rounds
+        losses_raw, weighted_sums, heads = [], [], []
+        for r in range(self.rounds):
+            mb = slice(r * self.batch_gpu, (r + 1) * self.batch_gpu)
+            sync = self.ddp is None or r == self.rounds - 1  # DDP all-reduces only after the last one
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                out = self.loss_fn(x0[mb], t[mb], noise[mb])
+                weighted = out.loss * w_is[mb] * self.weight_table[t[mb]]
+                (weighted.sum() / n).backward()
+            losses_raw.append(out.loss.detach())
+            weighted_sums.append(weighted.detach().sum())
+            heads.append(out.head)
+        return torch.cat(losses_raw), weighted_sums, heads
+
+    def _forward_backward(self, x0: Tensor, t: Tensor, w_is: Tensor, noise: Tensor):
+        """:meth:`_micro_batches`, falling back to eager mode if the compiled network fails.
+
+        ``torch.compile`` compiles lazily: a backend that cannot build a kernel (no compiler,
+        an unsupported op) raises at the first forward or backward, not at ``torch.compile``.
+        The first step is therefore guarded: on failure the partial gradients are dropped, the
+        global RNG (dropout) is rewound, and the same micro-batches are redone with the eager
+        network, so the run continues exactly as an eager run would have."""
+        if not self.check_compile:
+            return self._micro_batches(x0, t, w_is, noise)
+        cpu_rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        try:
+            result = self._micro_batches(x0, t, w_is, noise)
+        except Exception as exc:  # noqa: BLE001 - any backend failure falls back to eager
+            log.warning("torch.compile failed at the first training step (%s: %s); training eagerly",
+                        type(exc).__name__, (str(exc).strip().splitlines() or [""])[0][:500])
+            self.optimizer.zero_grad(set_to_none=True)
+            torch.set_rng_state(cpu_rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state(cuda_rng, self.device)
+            self.fwd = self.ddp or self.net
+            self.loss_fn = _loss_fn(self.fwd, self.diffusion, self.prediction, self.autocast)
+            result = self._micro_batches(x0, t, w_is, noise)
+        self.check_compile = False
+        return result
+
+
+def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
+    """Build the objects of one training run from ``cfg`` (fresh: no resume) and return them
+    with their :meth:`TrainStep.step`.
+
+    GPU path (``train.device`` cuda): bf16 autocast (``train.precision`` auto/bf16),
+    channels_last weights and inputs, fused Adam/AdamW (``optim.fused`` None), cuDNN autotuning,
+    ``torch.compile`` when ``train.compile`` (eager fallback if it fails, at once or at the first
+    step), the uint8 data set in host memory, gathered per batch into preallocated pinned
+    staging buffers and copied non-blocking, the uint8 -> float conversion and flips on the
+    device (:class:`~timestep_lab.data.Loader`), EMA with foreach ops, no host-device sync.
+
+    :raises ValueError: when ``batch_size`` is not ``batch_gpu x rounds x world_size``.
     """
     check_config(cfg)
-    paths = RunPaths(Path(out_dir))
     tc = cfg.train
     device = resolve_device(tc.device, world)
     use_bf16 = tc.precision == "bf16" or (tc.precision == "auto" and device.type == "cuda")
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
     channels_last = device.type == "cuda" if tc.channels_last is None else tc.channels_last
+    if device.type == "cuda":
+        # every step has the same shapes: let cuDNN time its convolution algorithms once and keep the fastest
+        torch.backends.cudnn.benchmark = True
 
     # Batch accounting: batch_size == batch_gpu * rounds * world_size.
     batch_gpu = tc.batch_gpu or tc.batch_size // world.size
@@ -382,13 +579,41 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
     ddp = None
     if world.distributed:
         ddp = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-    fwd = _compile(ddp or net, tc.compile)
-    loss_fn = _loss_fn(fwd, diffusion, prediction, autocast)
-    vlb_fn = _vlb_fn(net, diffusion, prediction, autocast)
+    eager = ddp or net
+    fwd = _compile(eager, tc.compile)
+    lr, beta1 = schedule.values(0)
+    return TrainStep(
+        cfg=cfg, world=world, device=device, data=data, loader=loader, diffusion=diffusion, prediction=prediction,
+        net=net, ddp=ddp, fwd=fwd, sampler=sampler, weight_table=weight_table, optimizer=optimizer,
+        schedule=schedule, ema=ema, stream=stream, gen=gen, acc=_Accumulators(device),
+        guard=_NonFiniteGuard(device, batch_gpu * rounds), batch_gpu=batch_gpu, rounds=rounds,
+        shard=world.shard(tc.batch_size), channels_last=channels_last, autocast=autocast,
+        vlb_fn=_vlb_fn(net, diffusion, prediction, autocast), loss_fn=_loss_fn(fwd, diffusion, prediction, autocast),
+        check_compile=fwd is not eager, lr=lr, beta1=beta1)
 
-    acc = _Accumulators(device)
-    guard = _NonFiniteGuard(device, batch_gpu * rounds)
-    nimg, step, wall_before = 0, 0, 0.0
+
+# --------------------------------------------------------------------------------------- train
+
+
+def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress: bool = True,
+          world: World = World(), stop_after_kimg: float | None = None) -> TrainResult:
+    """Train the run described by ``cfg`` into ``out_dir`` (see the module docstring).
+
+    The per-step work is :meth:`TrainStep.step` of :func:`build_train_step`; this function adds
+    resuming, logging, checkpoints, snapshots and the final files.
+
+    :param resume: continue from ``train_state/checkpoint.pt`` if present (else start over).
+    :param stop_after_kimg: stop (with a checkpoint, without the final files) once this many
+        kimg are done; for tests and time-limited jobs.
+    :raises NonFiniteLossError: when the loss becomes NaN/inf and ``train.on_nonfinite`` is ``fail``.
+    """
+    paths = RunPaths(Path(out_dir))
+    tc = cfg.train
+    ts = build_train_step(cfg, world=world)
+    device, data, loader, diffusion, prediction = ts.device, ts.data, ts.loader, ts.diffusion, ts.prediction
+    net, sampler, optimizer, ema, stream, gen, acc, guard = (ts.net, ts.sampler, ts.optimizer, ts.ema, ts.stream,
+                                                              ts.gen, ts.acc, ts.guard)
+    wall_before = 0.0
 
     # Resume.
     if resume and paths.checkpoint.exists():
@@ -406,9 +631,9 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         stream.load_state_dict(ckpt["stream"])
         gen.set_state(ckpt["generator"])
         acc.load_state_dict(ckpt["acc"])
-        nimg, step, wall_before = int(ckpt["nimg"]), int(ckpt["step"]), float(ckpt["wall_time_s"])
-        _truncate_log(paths.state_log, nimg)
-        log.info("resumed %s at %.1f kimg (step %d)", paths.out, nimg / 1000, step)
+        ts.nimg, ts.steps_done, wall_before = int(ckpt["nimg"]), int(ckpt["step"]), float(ckpt["wall_time_s"])
+        _truncate_log(paths.state_log, ts.nimg)
+        log.info("resumed %s at %.1f kimg (step %d)", paths.out, ts.nimg / 1000, ts.steps_done)
     else:
         if tc.init_from:
             _init_weights(net, ema, tc.init_from, tc.init_from_ema)
@@ -424,8 +649,6 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
     every = {k: int(round(getattr(tc, f"{k}_every_kimg") * 1000)) if getattr(tc, f"{k}_every_kimg") else None
              for k in ("log", "checkpoint", "snapshot")}
     check_each_step = device.type == "cpu" and not world.distributed  # reading a CPU tensor costs no sync
-    shard = world.shard(tc.batch_size)
-    T = diffusion.T
 
     def save_checkpoint() -> None:
         if world.is_main:
@@ -433,7 +656,7 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
                 "format": CHECKPOINT_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
                 "channels": data.channels, "model": net.state_dict(), "ema": ema.state_dict(),
                 "optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(), "stream": stream.state_dict(),
-                "generator": gen.get_state(), "acc": acc.state_dict(), "nimg": nimg, "step": step,
+                "generator": gen.get_state(), "acc": acc.state_dict(), "nimg": ts.nimg, "step": ts.steps_done,
                 "wall_time_s": wall_before + (time.perf_counter() - t_start),
             }, paths.checkpoint)
         world.barrier()
@@ -441,8 +664,8 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
     def save_snapshot() -> None:
         if world.is_main:
             save_torch({"format": SNAPSHOT_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
-                        "channels": data.channels, "ema": _ema_state_dict(net, ema), "nimg": nimg, "step": step},
-                       paths.state_snapshots / f"snapshot-{nimg // 1000:06d}kimg.pt")
+                        "channels": data.channels, "ema": _ema_state_dict(net, ema), "nimg": ts.nimg,
+                        "step": ts.steps_done}, paths.state_snapshots / snapshot_name(ts.nimg))
 
     def write_log(lr: float, beta1: float) -> dict:
         sums = torch.cat([acc.loss.view(1), acc.loss_raw.view(1), acc.grad_norm.view(1) / world.size, acc.bin_sum,
@@ -451,7 +674,7 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         n = max(int(sums[3 + LOG_BINS:3 + 2 * LOG_BINS].sum()), 1)  # samples seen by all ranks
         bins_sum, bins_cnt = sums[3:3 + LOG_BINS], sums[3 + LOG_BINS:3 + 2 * LOG_BINS]
         rec: dict[str, Any] = {
-            "kimg": nimg / 1000, "nimg": nimg, "step": step,
+            "kimg": ts.nimg / 1000, "nimg": ts.nimg, "step": ts.steps_done,
             "wall_time_s": round(wall_before + time.perf_counter() - t_start, 3),
             "sec_per_step": acc.wall / max(acc.steps, 1),
             "loss": float(sums[0]) / n, "loss_raw": float(sums[1]) / n,
@@ -479,69 +702,25 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
     if progress and world.is_main:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=round(total_nimg / 1000, 3), initial=round(nimg / 1000, 3), unit="kimg", desc=paths.out.name,
-                   dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} kimg [{elapsed}<{remaining}{postfix}]")
+        bar = tqdm(total=round(total_nimg / 1000, 3), initial=round(ts.nimg / 1000, 3), unit="kimg",
+                   desc=paths.out.name, dynamic_ncols=True,
+                   bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} kimg [{elapsed}<{remaining}{postfix}]")
     status, message = "ok", ""
-    lr, beta1 = schedule.values(nimg)
+    ts.lr, ts.beta1 = ts.schedule.values(ts.nimg)
     try:
-        while nimg < stop_nimg:
+        while ts.nimg < stop_nimg:
             t0 = time.perf_counter()
-            lr, beta1 = schedule.apply(optimizer, nimg)
-
-            # Draw the global batch; keep this rank's shard.
-            idx = stream.next(tc.batch_size)
-            x0_all = loader.batch(idx, gen)
-            t_all, w_all = sampler.sample(tc.batch_size, gen, x0=x0_all)
-            noise_all = torch.randn(x0_all.shape, generator=gen, device=device)
-            if channels_last:
-                x0_all, noise_all = (z.contiguous(memory_format=torch.channels_last) for z in (x0_all, noise_all))
-            context = dict(step=step, nimg=nimg, x0=x0_all, vlb_fn=vlb_fn, gather=world.gather,
-                           world_size=world.size, shard=shard)
-            sampler.before_update(**context)
-            x0, t, w_is, noise = x0_all[shard], t_all[shard], w_all[shard], noise_all[shard]
-
-            # Forward/backward over micro-batches (gradient accumulation).
-            losses_raw = []
-            for r in range(rounds):
-                mb = slice(r * batch_gpu, (r + 1) * batch_gpu)
-                sync = ddp is None or r == rounds - 1
-                with contextlib.nullcontext() if sync else ddp.no_sync():
-                    out = loss_fn(x0[mb], t[mb], noise[mb])
-                    weighted = out.loss * w_is[mb] * weight_table[t[mb]]
-                    (weighted.sum() / (batch_gpu * rounds)).backward()
-                losses_raw.append(out.loss.detach())
-                acc.loss += weighted.detach().sum()
-                if out.head is not None:
-                    acc.heads.index_put_((out.head, _bin_of(t[mb], T)), torch.ones_like(out.head, dtype=torch.float64),
-                                         accumulate=True)
-            loss_raw = torch.cat(losses_raw)
-
-            # Optimizer step, EMA, sampler update.
-            if cfg.optim.grad_clip is not None:
-                acc.grad_norm += nn.utils.clip_grad_norm_(net.parameters(), cfg.optim.grad_clip, foreach=True).double()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            nimg += tc.batch_size
-            step += 1
-            ema.update(net, tc.batch_size, nimg)
-            sampler.update(t, loss_raw, **{**context, "step": step, "nimg": nimg})
-
-            # Bookkeeping on the device; read back once per log interval.
-            acc.loss_raw += loss_raw.sum().double()
-            b = _bin_of(t, T)
-            acc.bin_sum.index_add_(0, b, loss_raw.double())
-            acc.bin_count.index_add_(0, b, torch.ones_like(loss_raw, dtype=torch.float64))
-            acc.steps += 1
-            guard.observe(step - 1, t, loss_raw)
+            ts.step()
             if check_each_step and (msg := guard.message()):
                 raise NonFiniteLossError(msg)
             acc.wall += time.perf_counter() - t0
+            nimg = ts.nimg
 
             crossed = lambda k: every[k] and (nimg // every[k]) > ((nimg - tc.batch_size) // every[k])  # noqa: E731
             if crossed("log") or nimg >= stop_nimg:
                 if msg := guard.message(world):
                     raise NonFiniteLossError(msg)
-                last_rec = write_log(lr, beta1)
+                last_rec = write_log(ts.lr, ts.beta1)
                 if bar is not None:
                     bar.set_postfix_str(f"loss {last_rec['loss']:.4f}")
             if crossed("snapshot"):
@@ -563,6 +742,7 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         if bar is not None:
             bar.close()
 
+    nimg, step = ts.nimg, ts.steps_done
     wall = wall_before + time.perf_counter() - t_start
     if last_rec is None and paths.state_log.exists():  # resumed a run that had already finished
         lines = paths.state_log.read_text().splitlines()
@@ -577,7 +757,7 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
             net.load_state_dict(good["model"])
             ema.load_state_dict(good["ema"])
         else:
-            if every["snapshot"] and not (paths.state_snapshots / f"snapshot-{nimg // 1000:06d}kimg.pt").exists():
+            if every["snapshot"] and not (paths.state_snapshots / snapshot_name(nimg)).exists():
                 save_snapshot()
         final = {"format": MODEL_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
                  "channels": data.channels, "model": {k: v.detach().cpu() for k, v in net.state_dict().items()},
