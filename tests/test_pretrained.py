@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from timestep_lab.config import config_to_dict
 from timestep_lab.io import ArtifactError, UnsafeCheckpointError
 from timestep_lab.models.pretrained import (
     GUIDED_DIFFUSION_256_UNCOND,
@@ -301,3 +302,167 @@ def test_load_guided_diffusion_with_a_model_config(tiny_gd_checkpoint):
                         overrides=ModelConfig(channels=48, channel_mult=(1, 2), num_res_blocks=2, num_head_channels=16,
                                               attention_resolutions=(8,), resblock_updown=True,
                                               use_scale_shift_norm=True, norm_groups=16))
+
+
+# ------------------------------------------------------------------------------ fine-tuning a diffusers folder
+
+# A DDPMScheduler config that differs from tiny_config's process (T = 100, linear), so the tests
+# see that a fine-tune run takes T, schedule and variance from the folder, not from its base.
+TINY_SCHEDULER = {"_class_name": "DDPMScheduler", "_diffusers_version": "0.42.1", "beta_schedule": "squaredcos_cap_v2",
+                  "num_train_timesteps": 50, "prediction_type": "epsilon", "trained_betas": None,
+                  "variance_type": "fixed_small", "clip_sample": True}
+
+
+@pytest.fixture(scope="module")
+def diffusers_digits_folder(tmp_path_factory):
+    """A tiny 1-channel 8x8 UNet2DModel (the digits' shape) saved with save_pretrained, plus a
+    scheduler_config.json: the on-disk layout of google/ddpm-cifar10-32 at toy size."""
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(1)
+    unet = diffusers.UNet2DModel(sample_size=8, in_channels=1, out_channels=1, block_out_channels=(8, 16),
+                                 down_block_types=("DownBlock2D", "DownBlock2D"),
+                                 up_block_types=("UpBlock2D", "UpBlock2D"), layers_per_block=1, norm_num_groups=4)
+    with torch.no_grad():  # weights no fresh initialisation reproduces, and an output that depends on every layer
+        for p in unet.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    folder = tmp_path_factory.mktemp("pretrained") / "ddpm-digits"
+    unet.save_pretrained(folder)
+    (folder / "scheduler_config.json").write_text(json.dumps(TINY_SCHEDULER))
+    return folder, unet.eval()
+
+
+def _diffusers_model_cfg(folder, **model):
+    from timestep_lab.config import config_from_dict
+
+    return config_from_dict({"model": {"name": "diffusers_unet2d", "pretrained": str(folder),
+                                       "pretrained_format": "diffusers", **model},
+                             "diffusion": {"num_timesteps": 50}}, "test")
+
+
+def test_diffusers_unet2d_model_entry_is_the_folders_unet(diffusers_digits_folder):
+    from timestep_lab.components import build_model
+
+    folder, unet = diffusers_digits_folder
+    net = build_model(_diffusers_model_cfg(folder), 8, 1)
+    assert net.training and all(p.requires_grad for p in net.parameters())  # trainable, like our UNet
+    assert set(net.state_dict()) == {f"unet.{k}" for k in unet.state_dict()}
+    x = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(3))
+    t = torch.tensor([0, 17, 49])
+    with torch.no_grad():
+        torch.testing.assert_close(net.eval()(x, t), unet(x, t).sample, rtol=0, atol=0)
+
+
+def test_diffusers_unet2d_rejects_what_does_not_apply(diffusers_digits_folder, tmp_path):
+    from timestep_lab.components import build_model
+    from timestep_lab.config import ConfigError, config_from_dict
+
+    folder, _ = diffusers_digits_folder
+    with pytest.raises(ConfigError, match=r"model.channels, model.dropout: do not apply to model diffusers_unet2d"):
+        build_model(_diffusers_model_cfg(folder, channels=128, dropout=0.1), 8, 1)
+    with pytest.raises(ConfigError, match="needs model.pretrained"):
+        build_model(config_from_dict({"model": {"name": "diffusers_unet2d"}}, "test"), 8, 1)
+    with pytest.raises(ConfigError, match="in_channels=1, out_channels=1; this run needs 3 input channels"):
+        build_model(_diffusers_model_cfg(folder), 8, 3)  # RGB data on a 1-channel model
+    mixed = config_from_dict({**config_to_dict(_diffusers_model_cfg(folder)), "diffusion": {"prediction": "mixed"}})
+    with pytest.raises(ConfigError, match="3 output channels"):  # three heads need three times the channels
+        build_model(mixed, 8, 1)
+    with pytest.raises(ArtifactError, match="diffusers model folder not found"):
+        build_model(_diffusers_model_cfg(tmp_path / "nope"), 8, 1)
+
+
+def test_write_run_config_for_a_diffusers_init_takes_model_and_process_from_the_folder(diffusers_digits_folder,
+                                                                                        digits_dir, tmp_path):
+    import shutil
+
+    from conftest import tiny_config
+    from timestep_lab.artifacts import load_for_inference
+    from timestep_lab.components import build_diffusion
+    from timestep_lab.config import load_config
+    from timestep_lab.workflow import write_run_config
+
+    folder, _ = diffusers_digits_folder
+    path = tmp_path / "run.yaml"
+    write_run_config(config_to_dict(tiny_config(digits_dir, diffusion={"schedule_params": {"rescale": True}})),
+                     str(path), init_from=str(folder))
+    cfg = load_config(path)
+    assert cfg.train.init_from == str(folder)
+    assert (cfg.model.name, cfg.model.pretrained, cfg.model.pretrained_format) == (
+        "diffusers_unet2d", str(folder), "diffusers")
+    assert cfg.model.channels == 16 and cfg.model.norm_groups == 8  # tiny_config's UNet fields are gone (defaults)
+    d = cfg.diffusion
+    assert (d.num_timesteps, d.schedule, dict(d.schedule_params), d.prediction, d.variance) == (
+        50, "cosine", {"s": 0.008, "max_beta": 0.999}, "eps", "fixed_small")  # linear's rescale did not leak
+    # the same process as the folder gets at inference
+    reference = load_for_inference(folder, "diffusers")
+    torch.testing.assert_close(build_diffusion(cfg).alpha_bar, reference.diffusion.alpha_bar)
+    # a folder without a scheduler config cannot be fine-tuned on a known process: say so, naming it
+    bare = tmp_path / "bare" / "unet"
+    shutil.copytree(folder, bare)
+    (bare / "scheduler_config.json").unlink()
+    with pytest.raises(ArtifactError, match="no scheduler_config.json"):
+        write_run_config(config_to_dict(tiny_config(digits_dir)), str(tmp_path / "bad.yaml"), init_from=str(bare))
+
+
+def test_finetune_init_from_diffusers_folder_trains_and_reloads(diffusers_digits_folder, digits_dir, tmp_path):
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from conftest import tiny_config
+    from timestep_lab.artifacts import load_for_inference, load_model
+    from timestep_lab.config import load_config
+    from timestep_lab.sampling import load_samples
+    from timestep_lab.train import train
+    from timestep_lab.workflow import write_run_config
+
+    folder, unet = diffusers_digits_folder
+    lr = 1e-4
+    # one optimizer step: Adam's first update is lr * g / (|g| + eps), at most lr per weight, so
+    # weights within lr of the folder's prove training started from them (a fresh init is far off)
+    base = tiny_config(digits_dir, optim={"lr": lr}, train={"total_kimg": 0.032, "log_every_kimg": 0.032})
+    write_run_config(config_to_dict(base), str(tmp_path / "run.yaml"), init_from=str(folder))
+    cfg = load_config(tmp_path / "run.yaml")
+    res = train(cfg, tmp_path / "ft", progress=False)
+    assert res.status == "ok"
+    stored = torch.load(tmp_path / "ft" / "model.pt", weights_only=True)
+    start = {f"unet.{k}": v for k, v in unet.state_dict().items()}
+    for key in ("model", "ema"):
+        assert stored[key].keys() == start.keys()
+        for k, v in stored[key].items():
+            assert (v - start[k]).abs().max() <= lr * 1.01, (key, k)  # 1%: float32 rounding
+    assert any(not torch.equal(v, start[k]) for k, v in stored["model"].items())  # it did train
+
+    # model.pt rebuilds the network from its config (the folder) and loads the trained weights
+    trained = type(unet).from_pretrained(str(folder), local_files_only=True).eval()
+    trained.load_state_dict({k.removeprefix("unet."): v for k, v in stored["ema"].items()})
+    x = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(5))
+    t = torch.tensor([0, 10, 30, 49])
+    net, run_cfg, _ = load_model(tmp_path / "ft" / "model.pt")
+    loaded = load_for_inference(tmp_path / "ft" / "model.pt")
+    with torch.no_grad():
+        expected = trained(x, t).sample
+        torch.testing.assert_close(net(x, t), expected, rtol=0, atol=0)
+        torch.testing.assert_close(loaded.net(x, t), expected, rtol=0, atol=0)
+    assert run_cfg.model.name == "diffusers_unet2d" and loaded.diffusion.T == 50
+
+    # and the CLI samples from it
+    out = tmp_path / "samples.npz"
+    r = subprocess.run([sys.executable, "-m", "timestep_lab", "sample", "--model", str(tmp_path / "ft" / "model.pt"),
+                        "--out", str(out), "--set", "sample.num_samples=3", "--set", "sample.steps=2",
+                        "--set", "sample.batch_size=3", "--device", "cpu", "--no-progress"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    images, seeds, meta = load_samples(out)
+    assert images.shape == (3, 8, 8, 1) and images.dtype == np.uint8 and seeds.tolist() == [0, 1, 2]
+    assert meta["steps"] == 2
+
+
+def test_init_from_diffusers_folder_into_our_unet_names_the_fix(diffusers_digits_folder, digits_dir, tmp_path):
+    from conftest import tiny_config
+    from timestep_lab.train import train
+
+    folder, _ = diffusers_digits_folder
+    cfg = tiny_config(digits_dir, train={"init_from": str(folder), "total_kimg": 0.032})  # model.name unet
+    with pytest.raises(ArtifactError, match="needs model: {name: diffusers_unet2d"):
+        train(cfg, tmp_path / "ft", progress=False)

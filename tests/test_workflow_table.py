@@ -77,3 +77,65 @@ def test_scale_range_maps_paper_ranges_to_T():
     assert scale_range(500, 1000, 1000) == (499, 999)
     assert scale_range(1, 10, 100) == (0, 0)
     assert scale_range(100, 500, 100) == (10, 49)
+
+
+def _write_run(root, rid, *, status=None, fid=None, log_loss=0.5):
+    import json
+
+    d = root / "runs" / rid
+    d.mkdir(parents=True)
+    (d / "train_log.jsonl").write_text(json.dumps({"nimg": 1000, "loss": log_loss, "wall_time_s": 1.0,
+                                                    "sec_per_step": 0.1}) + "\n")
+    if fid is not None:
+        rec = {"metric": "fid", "value": fid, "tool": "torch-fidelity", "tool_version": "0.4.0",
+               "feature_extractor": "digits-cnn", "feature_weights_sha256": "ab", "label": "FID (digits-CNN features)",
+               "num_generated": 10, "num_reference": 20, "sampler": "ddim", "steps": 5, "eta": 0.0, "ema": True,
+               "seed_range": [0, 9], "reference_file": "ref.npz", "reference_sha256": "cd"}
+        (d / "metrics.json").write_text(json.dumps({"status": status or "ok", "nimg": 1000, "records": [rec]}))
+
+
+def test_collect_keeps_the_protocol_and_tells_failed_from_unscored(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from timestep_lab.workflow import collect
+
+    axes = {"sampler": "uniform", "weighting": "none", "prediction": "eps", "batch_size": 64, "schedule": "linear",
+            "seed": 0}
+    runs = {"a": {"axes": axes, "groups": ["g"]}, "b": {"axes": {**axes, "seed": 1}, "groups": ["g"]},
+            "ft": {"axes": axes, "groups": []}, "lost": {"axes": {**axes, "seed": 2}, "groups": ["g"]}}
+    _write_run(tmp_path, "a", fid=10.0)
+    _write_run(tmp_path, "b", fid=float("nan"), status="diverged")
+    _write_run(tmp_path, "ft")  # a fine-tune: trained, never scored
+    _write_run(tmp_path, "lost")  # in a group but its metrics never came
+    collect(runs, str(tmp_path), str(tmp_path / "m.csv"), str(tmp_path / "r.csv"), str(tmp_path / "s.json"))
+    status = pd.read_csv(tmp_path / "r.csv").set_index("run")["status"].to_dict()
+    assert status == {"a": "ok", "b": "diverged", "ft": "unscored", "lost": "missing"}
+    assert json.loads((tmp_path / "s.json").read_text())["failed_runs"] == ["b", "lost"]
+    m = pd.read_csv(tmp_path / "m.csv")
+    row = m[m["run"] == "a"].iloc[0]
+    assert (row["method"], row["steps"], row["seeds"], row["reference_sha256"], row["feature_weights_sha256"]) == \
+        ("ddim", 5, "0-9", "cd", "ab")
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["fid"]["g"]["uniform+none+eps+64+linear"] == {"mean": 10.0, "std": 0.0, "n": 1}
+
+
+def test_runs_from_a_diffusers_reference_train_the_diffusers_unet():
+    s = study(batch_size={"grid": {"batch_size": [16, 64]}})
+    s["base"]["model"] = {"channels": 128, "channel_mult": [1, 2, 2, 2], "dropout": 0.1}
+    s["analyses"] = {"slots": {"finetune": [3]}, "batch_size": {"small": 16}}
+    s["reference"] = {"pretrained": "data/pretrained/ddpm-cifar10-32", "format": "diffusers"}
+    runs = study_runs(s)
+    ft = runs["finetune_slot3"]
+    # replaced, not merged: the base's UNet fields do not describe the folder's network
+    assert ft.config["model"] == {"name": "diffusers_unet2d", "pretrained": "data/pretrained/ddpm-cifar10-32",
+                                  "pretrained_format": "diffusers"}
+    assert ft.config["timesteps"] == {"name": "slots", "params": {"active": [3]}}
+    config_from_dict(ft.config)  # a valid RunConfig
+    # runs that do not start from the reference keep the configured UNet
+    assert runs["toward_zero_from-uniform_none_eps_b16_linear_s0"].config["model"]["channels"] == 128
+    assert runs["reference"].config["model"]["channels"] == 128
+    # a guided-diffusion reference loads into our UNet: nothing changes
+    s["reference"] = {"pretrained": "data/pretrained/256x256_diffusion_uncond.pt", "format": "guided_diffusion"}
+    assert study_runs(s)["finetune_slot3"].config["model"]["channels"] == 128

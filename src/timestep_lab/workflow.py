@@ -229,6 +229,13 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
     * ``finetune_slot<k>``: the reference fine-tuned on slot k only (sampler ``slots``, the slot
       ranges are filled in from the loss profile at run time: ``extra["slots_file"]``).
     * ``toward_zero_from-<run>``: the small-batch run retrained with the ``toward_zero`` sampler.
+
+    When the reference is a pretrained diffusers folder (``reference: {pretrained: <folder>,
+    format: diffusers}``), every run starting from it trains that ``UNet2DModel`` itself: its model
+    section becomes ``{name: diffusers_unet2d, pretrained: <folder>, pretrained_format: diffusers}``
+    (replaced, not merged: the base's UNet fields do not apply). Its diffusion section (T,
+    schedule, prediction, variance) is the folder's, which :func:`write_run_config` reads when the
+    job runs; this function reads no files, so the folder may be absent at DAG time.
     """
     runs = build_runs(study, source)
     analyses = study.get("analyses") or {}
@@ -261,6 +268,14 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
         })
         rid = f"toward_zero_from-{small_id}"
         runs[rid] = Run(rid, {**small_axes, "sampler": "toward_zero"}, cfg, ("batch_size",), small_id)
+    ref_spec = study.get("reference") or {}
+    if ref_spec.get("pretrained") and ref_spec.get("format") == "diffusers":
+        model = {"name": "diffusers_unet2d", "pretrained": str(ref_spec["pretrained"]),
+                 "pretrained_format": "diffusers"}
+        for rid, run in runs.items():
+            if run.init_from == "reference":
+                runs[rid] = Run(rid, run.axes, {**run.config, "model": dict(model)}, run.groups, run.init_from,
+                                run.progress, run.extra)
     return runs
 
 
@@ -274,14 +289,31 @@ def launcher(gpus: int) -> str:
 def write_run_config(cfg: Mapping[str, Any], path: str, *, init_from: str | None = None,
                      slots_file: str | None = None, slot: int | None = None) -> None:
     """Write a run's config file, filling in what is only known at run time: the model to start
-    from and, for slot fine-tuning, the slot ranges measured on the reference model."""
+    from and, for slot fine-tuning, the slot ranges measured on the reference model.
+
+    An ``init_from`` that is a folder is a diffusers ``UNet2DModel`` (the only checkpoint format
+    that is a folder): the run then trains that network, so its ``model`` section is replaced by
+    ``{name: diffusers_unet2d, pretrained: <folder>, pretrained_format: diffusers}`` and its
+    ``diffusion`` section takes the folder's ``num_timesteps``, ``schedule``,
+    ``schedule_params``, ``prediction`` and ``variance`` (from ``scheduler_config.json``; see
+    :func:`timestep_lab.models.pretrained.diffusers_run_config`), so the fine-tuned model is
+    trained on the very process the reference was profiled and sampled with.
+    """
     import json
+    from pathlib import Path
 
     from timestep_lab.config import config_from_dict, dump_config
 
     cfg = copy.deepcopy(dict(cfg))
     if init_from:
         cfg.setdefault("train", {})["init_from"] = str(init_from)
+    if init_from and Path(init_from).is_dir():
+        from timestep_lab.models.pretrained import diffusers_run_config
+
+        pre = diffusers_run_config(init_from)
+        cfg["model"] = pre["model"]
+        # schedule_params belong to the folder's schedule: replace them rather than merge
+        cfg["diffusion"] = {**(cfg.get("diffusion") or {}), **pre["diffusion"]}
     if slots_file:
         ranges = json.loads(open(slots_file).read())["slots"]
         cfg.setdefault("timesteps", {}).setdefault("params", {})["slots"] = [list(r) for r in ranges]
@@ -322,7 +354,8 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
         rdir = root / rid
         log_file = rdir / "train_log.jsonl"
         log = [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
-        model_status = "missing"
+        # runs outside every group (slot fine-tunes, toward_zero retraining) are analysed, not scored
+        model_status = "missing" if groups else "unscored"
         metrics_file = rdir / "metrics.json"
         if metrics_file.exists():
             m = json.loads(metrics_file.read_text())
@@ -351,20 +384,27 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
 
 
 def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("metric", "value", "tool", "tool_version", "feature_extractor", "label", "num_generated",
-            "num_reference", "sampler", "steps", "ema")
+    """One tidy row per metric value, with its whole protocol (METHODS.md: every FID with how it was
+    measured): tool, extractor and weights hash, sample counts, reverse sampler, EMA, seeds, reference."""
+    keys = ("metric", "value", "tool", "tool_version", "feature_extractor", "feature_weights_sha256", "label",
+            "num_generated", "num_reference", "sampler", "steps", "eta", "ema", "reference_file", "reference_sha256")
     out = {k: rec.get(k) for k in keys}
     out["method"] = out.pop("sampler")  # the reverse sampler; "sampler" is the timestep-sampler axis
+    seeds = rec.get("seed_range")
+    out["seeds"] = f"{seeds[0]}-{seeds[1]}" if seeds else None
     return out
 
 
 def summarize(metrics: "Any", runs: "Any") -> dict[str, Any]:
-    """Headline numbers: per group and variant, the final FID (torch-fidelity) mean/std over seeds."""
+    """Headline numbers: per group and variant, the final FID (torch-fidelity) mean/std over the
+    seeds of runs that finished (diverged or missing runs are listed in ``failed_runs`` instead)."""
     out: dict[str, Any] = {"runs": int(len(runs)), "failed_runs": []}
     if len(runs):
-        out["failed_runs"] = sorted(runs.loc[runs["status"] != "ok", "run"].tolist())
+        out["failed_runs"] = sorted(runs.loc[~runs["status"].isin(["ok", "unscored"]), "run"].tolist())
     if not len(metrics):
         return out
+    # failed runs are reported by name and kept out of every mean (and out of the speed-ups)
+    metrics = metrics[~metrics["run"].isin(out["failed_runs"])]
     final = metrics[(metrics["stage"] == "final") & (metrics["metric"] == "fid")]
     if not len(final):
         return out
@@ -449,3 +489,14 @@ def dvc_export(summary_json: str, metrics_csv: str, profile_json: str, metrics_o
     table = pd.DataFrame({"t": prof["timesteps"], "eps_mse": prof["eps_mse"], "vlb_bpd": prof["vlb_bpd"]})
     with atomic_path(loss_profile_out, suffix=".csv") as tmp:
         table.to_csv(tmp, index=False)
+
+
+def schema_error_summary(message: str) -> str:
+    """One line from Snakemake's schema-validation error: the offending key as a dotted path and
+    jsonschema's reason, e.g. ``evaluation.num_samples: 'x' is not of type 'integer'``."""
+    reason = next((ln.split("ValidationError:", 1)[1].strip() for ln in message.splitlines()
+                   if "ValidationError:" in ln), message.strip().splitlines()[-1] if message.strip() else "invalid")
+    where = next((ln for ln in message.splitlines() if ln.startswith("On instance")), "")
+    keys = re.findall(r"\[(?:'([^']*)'|(\d+))\]", where)
+    path = ".".join(k or i for k, i in keys)
+    return f"{path}: {reason}" if path else f"{reason} (workflow/schemas/config.schema.yaml)"

@@ -2,6 +2,14 @@
 
 ``MODELS`` maps an architecture name (``model.name`` in the config) to a factory
 ``factory(params, *, cfg: ModelConfig, image_size, in_channels, out_channels) -> nn.Module``.
+
+==================  ==========================================================================
+``unet``            our ADM-style UNet (:mod:`timestep_lab.models.unet`), from the config's fields
+``diffusers_unet2d`` a ``diffusers.UNet2DModel`` read from the folder ``model.pretrained``
+                    (architecture and initial weights from the folder; used to fine-tune
+                    google/ddpm-* references, see
+                    :func:`timestep_lab.models.pretrained.build_diffusers_unet2d`)
+==================  ==========================================================================
 """
 
 from __future__ import annotations
@@ -27,3 +35,12 @@ def _unet(_: NoParams, *, cfg: ModelConfig, image_size: int, in_channels: int, o
         num_head_channels=cfg.num_head_channels, resblock_updown=cfg.resblock_updown,
         use_scale_shift_norm=cfg.use_scale_shift_norm, norm_groups=cfg.norm_groups,
     )
+
+
+@MODELS.register("diffusers_unet2d", NoParams)
+def _diffusers_unet2d(_: NoParams, *, cfg: ModelConfig, image_size: int, in_channels: int,
+                      out_channels: int) -> nn.Module:
+    # imported here: diffusers is an optional dependency, needed only when this entry is built
+    from timestep_lab.models.pretrained import build_diffusers_unet2d
+
+    return build_diffusers_unet2d(cfg, image_size=image_size, in_channels=in_channels, out_channels=out_channels)

@@ -27,6 +27,14 @@ Every loader returns ``(module in eval mode on device, info)`` where ``info`` ho
 ``format, path, prediction, num_timesteps, schedule {"name", "params"} (or None) ,
 schedule_error (None or why the schedule is not supported), variance, image_size, channels,
 out_channels, learn_sigma, parameters, sha256`` and format-specific extras.
+
+Fine-tuning a diffusers folder (the seed paper's slot fine-tuning starts from the reference
+model, METHODS.md 3.2): guided-diffusion state dicts load into our UNet, but a diffusers
+``UNet2DModel`` has its own architecture, so it is trained as itself. The model registry entry
+``diffusers_unet2d`` (:func:`build_diffusers_unet2d`) builds a trainable :class:`DiffusersEps`
+from ``model.pretrained`` (architecture from its ``config.json``, weights from the folder), and
+:func:`diffusers_run_config` gives the ``model`` and ``diffusion`` sections of a run that starts
+from such a folder (T, schedule, prediction and variance from its ``scheduler_config.json``).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
-from timestep_lab.config import ModelConfig
+from timestep_lab.config import ConfigError, ModelConfig
 from timestep_lab.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.models.unet import UNet
 
@@ -54,6 +62,8 @@ __all__ = [
     "infer_guided_diffusion_flags",
     "build_guided_diffusion_unet",
     "diffusers_schedule",
+    "diffusers_run_config",
+    "build_diffusers_unet2d",
 ]
 
 FORMATS = ("timestep_lab", "diffusers", "guided_diffusion")
@@ -100,11 +110,18 @@ class FirstChannels(nn.Module):
 
 class DiffusersEps(nn.Module):
     """``f(x_t [B, C, H, W], t [B]) -> unet(x_t, t).sample`` for a ``diffusers.UNet2DModel``
-    (``t`` passed as a long tensor, as the DDPM pipelines do)."""
+    (``t`` passed as a long tensor, as the DDPM pipelines do).
+
+    Also the trainable network of the ``diffusers_unet2d`` model entry: its ``state_dict`` is the
+    UNet's under the prefix ``unet.``, which is what our checkpoints and ``model.pt`` store.
+    """
 
     def __init__(self, unet: nn.Module):
         super().__init__()
         self.unet = unet
+        config = getattr(unet, "config", None)
+        self.in_channels = getattr(config, "in_channels", None)
+        self.out_channels = getattr(config, "out_channels", None)
 
     def forward(self, x: Tensor, t: Tensor) -> Tensor:
         t = torch.as_tensor(t, device=x.device)
@@ -200,7 +217,18 @@ def _find_scheduler_config(folder: Path) -> Path | None:
     return None
 
 
-def _load_diffusers(path: Path, device: Any, image_size: int | None) -> tuple[nn.Module, dict[str, Any]]:
+def _import_diffusers():
+    try:
+        import diffusers
+    except ImportError:
+        raise ImportError("loading a diffusers checkpoint needs the optional dependency diffusers: "
+                          "pip install 'timestep-lab[diffusers]'") from None
+    return diffusers
+
+
+def _unet_folder(path: Path) -> tuple[Path, list[Path]]:
+    """The ``UNet2DModel`` folder at ``path`` (``path`` itself, or ``path/unet`` for a whole
+    pipeline folder) and its weight files; :class:`ArtifactError` naming what is missing."""
     if not path.is_dir():
         raise ArtifactError(f"{path}: diffusers model folder not found (expected a UNet2DModel folder with "
                             f"config.json and diffusion_pytorch_model.safetensors/.bin)")
@@ -212,11 +240,12 @@ def _load_diffusers(path: Path, device: Any, image_size: int | None) -> tuple[nn
     weights = [folder / w for w in _DIFFUSERS_WEIGHTS if (folder / w).is_file()]
     if not weights:
         raise ArtifactError(f"{folder}: no weights ({' or '.join(_DIFFUSERS_WEIGHTS)}) next to config.json")
-    try:
-        import diffusers
-    except ImportError:
-        raise ImportError("loading a diffusers checkpoint needs the optional dependency diffusers: "
-                          "pip install 'timestep-lab[diffusers]'") from None
+    return folder, weights
+
+
+def _read_unet(folder: Path) -> nn.Module:
+    """``diffusers.UNet2DModel.from_pretrained(folder)`` offline, in float32 (train mode)."""
+    diffusers = _import_diffusers()
     try:
         config = json.loads((folder / "config.json").read_text())
     except json.JSONDecodeError as exc:
@@ -228,7 +257,25 @@ def _load_diffusers(path: Path, device: Any, image_size: int | None) -> tuple[nn
     except Exception as exc:  # diffusers raises OSError/ValueError/EnvironmentError/safetensors errors
         first = str(exc).splitlines()[0] if str(exc) else repr(exc)
         raise ArtifactError(f"{folder}: could not load the diffusers UNet2DModel ({first})") from None
-    unet = unet.float().to(device).eval()
+    return unet.float().train()
+
+
+def _read_scheduler(path: Path) -> tuple[Path | None, dict[str, Any] | None]:
+    """``(scheduler_config.json, diffusers_schedule of it)`` found next to ``path`` (see
+    :func:`_find_scheduler_config`), or ``(None, None)``."""
+    sched_file = _find_scheduler_config(path)
+    if sched_file is None:
+        return None, None
+    try:
+        sched = json.loads(sched_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{sched_file}: corrupted JSON ({exc})") from None
+    return sched_file, diffusers_schedule(sched)
+
+
+def _load_diffusers(path: Path, device: Any, image_size: int | None) -> tuple[nn.Module, dict[str, Any]]:
+    folder, weights = _unet_folder(path)
+    unet = _read_unet(folder).to(device).eval()
     net = DiffusersEps(unet).eval()
     info = _base_info("diffusers", path)
     cfg = unet.config
@@ -236,19 +283,88 @@ def _load_diffusers(path: Path, device: Any, image_size: int | None) -> tuple[nn
     info.update(image_size=int(image_size or size) if (image_size or size) else None,
                 channels=int(cfg.in_channels), out_channels=int(cfg.out_channels), parameters=_count(unet),
                 sha256=_hash_files([folder / "config.json", *weights], folder), weights=[w.name for w in weights],
-                diffusers_version=diffusers.__version__)
-    sched_file = _find_scheduler_config(path)
+                diffusers_version=_import_diffusers().__version__)
+    sched_file, mapped = _read_scheduler(path)
     if sched_file is None:
         info.update(num_timesteps=1000, schedule=None, scheduler_config=None,
                     schedule_error=f"{path}: no scheduler_config.json in the folder, its scheduler/ sub-folder or "
                                    f"its parent: the noise schedule is unknown (configure diffusion.schedule by hand)")
     else:
-        try:
-            sched = json.loads(sched_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise ArtifactError(f"{sched_file}: corrupted JSON ({exc})") from None
-        info.update(diffusers_schedule(sched), scheduler_config=str(sched_file))
+        info.update(mapped, scheduler_config=str(sched_file))
     return net, info
+
+
+# ------------------------------------------------------------------------------ diffusers fine-tuning
+
+# The fields of a model config that say where the network comes from; every other ModelConfig
+# field describes our UNet's architecture, which a diffusers folder fixes in its config.json.
+_DIFFUSERS_MODEL_KEYS = ("name", "pretrained", "pretrained_format")
+
+
+def build_diffusers_unet2d(cfg: ModelConfig, *, image_size: int, in_channels: int, out_channels: int) -> DiffusersEps:
+    """The ``diffusers_unet2d`` model entry: a trainable ``diffusers.UNet2DModel`` read from the
+    folder ``cfg.pretrained`` (architecture from its ``config.json``, weights loaded from the
+    folder offline), wrapped as ``forward(x [B, C, H, W], t [B] long) -> unet(x, t).sample
+    [B, C_out, H, W]``.
+
+    The model config must be ``{name: diffusers_unet2d, pretrained: <folder>, pretrained_format:
+    diffusers}``; the architecture fields (``channels``, ``channel_mult``, ``dropout``, ...) do not
+    apply and must keep their defaults, so a config never claims an architecture it does not get.
+    ``cfg.pretrained`` is read again whenever the network is rebuilt (``load_model`` of a
+    fine-tuned ``model.pt``), relative to the working directory (the repo root in the workflow);
+    the weights loaded then are overwritten by the stored ones. ``image_size`` is not checked:
+    the UNet is convolutional (any size divisible by ``2**(levels - 1)`` works).
+
+    :raises ConfigError: a missing ``model.pretrained``, a non-default architecture field, or a
+        folder whose input/output channels differ from the data's channels / the prediction's
+        outputs (``in_channels`` / ``out_channels``).
+    :raises ArtifactError: a missing or unreadable folder, naming the path.
+    """
+    if not cfg.pretrained or cfg.pretrained_format != "diffusers":
+        raise ConfigError(f"model: diffusers_unet2d needs model.pretrained (a diffusers UNet2DModel folder) and "
+                          f"model.pretrained_format: diffusers, got pretrained={cfg.pretrained!r}, "
+                          f"pretrained_format={cfg.pretrained_format!r}")
+    set_fields = [f"model.{f.name}" for f in fields(ModelConfig)
+                  if f.name not in _DIFFUSERS_MODEL_KEYS and getattr(cfg, f.name) != f.default]
+    if set_fields:
+        raise ConfigError(f"{', '.join(set_fields)}: do not apply to model diffusers_unet2d (the architecture is read "
+                          f"from {cfg.pretrained}/config.json); remove them from the model config")
+    folder, _ = _unet_folder(Path(cfg.pretrained))
+    unet = _read_unet(folder)
+    got = (int(unet.config.in_channels), int(unet.config.out_channels))
+    if got != (in_channels, out_channels):
+        raise ConfigError(f"{folder / 'config.json'}: the UNet2DModel has in_channels={got[0]}, out_channels={got[1]}; "
+                          f"this run needs {in_channels} input channels (the data) and {out_channels} output "
+                          f"channels (the prediction type)")
+    return DiffusersEps(unet)
+
+
+def diffusers_run_config(path: str | Path) -> dict[str, dict[str, Any]]:
+    """The ``model`` and ``diffusion`` sections of a run that fine-tunes the diffusers folder ``path``.
+
+    ``model = {name: diffusers_unet2d, pretrained: <path>, pretrained_format: diffusers}`` (so
+    checkpoints can be rebuilt); ``diffusion = {num_timesteps, schedule, schedule_params,
+    prediction[, variance]}`` from the folder's ``scheduler_config.json`` through
+    :func:`diffusers_schedule`, i.e. the same process :func:`load_pretrained` gives the folder at
+    inference (``variance`` only when the scheduler's one has a fixed counterpart).
+
+    :raises ArtifactError: no UNet folder, no scheduler config, or a schedule/prediction
+        timestep_lab cannot represent (naming the file).
+    """
+    path = Path(path)
+    _unet_folder(path)  # fail here, naming the folder, rather than in the training job
+    sched_file, mapped = _read_scheduler(path)
+    if sched_file is None:
+        raise ArtifactError(f"{path}: no scheduler_config.json in the folder, its scheduler/ sub-folder or its "
+                            f"parent: cannot tell which noise schedule to fine-tune this model with")
+    if mapped["schedule"] is None or mapped["schedule_error"]:
+        raise ArtifactError(f"{sched_file}: {mapped['schedule_error']}")
+    diffusion = {"num_timesteps": mapped["num_timesteps"], "schedule": mapped["schedule"]["name"],
+                 "schedule_params": dict(mapped["schedule"]["params"]), "prediction": mapped["prediction"]}
+    if mapped["variance"]:
+        diffusion["variance"] = mapped["variance"]
+    return {"model": {"name": "diffusers_unet2d", "pretrained": str(path), "pretrained_format": "diffusers"},
+            "diffusion": diffusion}
 
 
 # ------------------------------------------------------------------------------ guided-diffusion
