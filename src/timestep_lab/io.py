@@ -53,10 +53,14 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     tmp_path = Path(tmp)
     os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp creates 0600; give the file normal permissions
     try:
-        yield tmp_path
-        with open(tmp_path, "rb+") as fh:  # make the bytes durable before the rename
-            os.fsync(fh.fileno())
-        os.replace(tmp_path, path)
+        try:
+            yield tmp_path
+            with open(tmp_path, "rb+") as fh:  # make the bytes durable before the rename
+                os.fsync(fh.fileno())
+            os.replace(tmp_path, path)
+        except OSError as exc:  # disk full, quota, file-size limit: say which artifact, keep the old one
+            raise ArtifactError(f"{path}: write failed ({exc.strerror or exc}); "
+                                f"{'the previous file is unchanged' if path.exists() else 'nothing was written'}") from exc
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
@@ -113,7 +117,10 @@ def save_torch(obj: Any, path: str | Path) -> None:
     import torch
 
     with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+        try:
+            torch.save(obj, tmp)
+        except RuntimeError as exc:  # torch's zip writer reports ENOSPC/EFBIG as a RuntimeError
+            raise OSError(f"torch.save failed: {str(exc).splitlines()[0]}") from exc
 
 
 def load_torch(path: str | Path, map_location: Any = "cpu", check: Callable[[Any], None] | None = None) -> Any:

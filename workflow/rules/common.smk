@@ -9,9 +9,12 @@ from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError, config_from_dict
 
 
-validate(config, "../schemas/config.schema.yaml", set_default=True)
-
 CONFIG_SOURCE = str((workflow.overwrite_configfiles or workflow.configfiles or ["config"])[-1])
+
+try:
+    validate(config, "../schemas/config.schema.yaml", set_default=True)
+except Exception as exc:  # snakemake's WorkflowError around a jsonschema ValidationError
+    sys.exit(f"error: {CONFIG_SOURCE}: " + W.schema_error_summary(str(exc)))
 STUDY = config["study"]
 RES = f"results/{STUDY}"
 REPORTS = f"reports/{STUDY}"
@@ -21,8 +24,9 @@ try:
     RUNS = W.study_runs(config, source=CONFIG_SOURCE)
     for _run in RUNS.values():  # registry names and parameters: fail before any job runs
         check_config(config_from_dict(_run.config, f"{CONFIG_SOURCE} (run {_run.id})"), CONFIG_SOURCE + f" (run {_run.id})")
+    CONTRIB_RANGES = W.contribution_ranges(config)  # ground-truth replacement ranges scaled to T
 except ConfigError as exc:
-    sys.exit(f"error: {exc}")
+    sys.exit(f"error: {exc}" if CONFIG_SOURCE in str(exc) else f"error: {CONFIG_SOURCE}: {exc}")
 
 wildcard_constraints:
     run="[A-Za-z0-9._-]+",
@@ -158,7 +162,6 @@ def run_config_inputs(wildcards):
 
 AN = config["analyses"]
 PROFILE = AN.get("loss_profile", {})
-CONTRIB_RANGES = W.contribution_ranges(config)
 
 
 def model_format(run):
