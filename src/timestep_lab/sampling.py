@@ -45,8 +45,17 @@ class StackedGenerator:
         self.device = torch.device(device)
         self.gens = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
 
-    def randn(self, shape: tuple[int, ...]) -> Tensor:
-        return torch.stack([torch.randn(shape, generator=g, device=self.device) for g in self.gens])
+    def randn(self, shape: tuple[int, ...], to: torch.device | str | None = None) -> Tensor:
+        """``[B, *shape]`` standard normal, row i from generator i; moved to ``to`` if given. From
+        CPU generators to a GPU the rows are stacked into pinned memory and copied without
+        blocking, so the reverse loop does not wait for the copy every step."""
+        to = torch.device(to) if to is not None else self.device
+        if to.type != "cuda" or self.device.type != "cpu":
+            return torch.stack([torch.randn(shape, generator=g, device=self.device) for g in self.gens]).to(to)
+        out = torch.empty((len(self.gens), *shape), pin_memory=True)
+        for row, g in zip(out, self.gens):
+            torch.randn(shape, generator=g, out=row)
+        return out.to(to, non_blocking=True)
 
 
 def respaced_timesteps(T: int, steps: int | None) -> Tensor:
@@ -110,7 +119,7 @@ def reverse_loop(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], dif
     used = respaced_timesteps(diffusion.T, steps)
     ab = diffusion.alpha_bar[used]
     sub = GaussianDiffusion(ab, diffusion.variance)  # the respaced process, indices 0..len(used)-1
-    x = noise.randn(shape).to(device)
+    x = noise.randn(shape, to=device)
     B = x.shape[0]
     for i in reversed(range(len(used))):
         t_orig = torch.full((B,), int(used[i]), device=device, dtype=torch.long)
@@ -119,7 +128,7 @@ def reverse_loop(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], dif
             x0_hat = gt.x0.to(device)
             eps_hat = diffusion.eps_from_x0(x, t_orig, x0_hat)
         s = torch.full((B,), i, device=device, dtype=torch.long)
-        z = noise.randn(shape).to(device) if i > 0 else None
+        z = noise.randn(shape, to=device) if i > 0 else None
         if method == "ddpm":
             mean, logvar = sub.p_mean_logvar(x0_hat, x, s)
             x = mean if z is None else mean + torch.exp(0.5 * logvar) * z
