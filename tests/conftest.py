@@ -49,3 +49,164 @@ def tiny_config(data_path: Path | str, **sections) -> RunConfig:
 @pytest.fixture
 def tiny_cfg(digits_dir) -> RunConfig:
     return tiny_config(digits_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# A throwaway single-node SLURM cluster, and the smoke study run once per session (through
+# SLURM when the cluster can be had, else locally). tests/test_slurm.py and workflow tests.
+
+from dataclasses import dataclass  # noqa: E402
+
+# Test-only options of the SLURM executor (the profile holds what every cluster needs):
+SLURM_TEST_ARGS = [
+    # the README's cluster command: the cluster profile alone (profiles/default is for local
+    # runs; snakemake would otherwise merge it in and its `cores: 2` would cap every job)
+    "--workflow-profile", "none",
+    # status from squeue: the test cluster has no slurmdbd, so no sacct (MinJobAge keeps
+    # finished jobs visible to squeue for an hour)
+    "--slurm-status-command", "squeue",
+    # a tiny cluster answers at once: poll every 2 s instead of waiting 40 s (grows by 10 s
+    # per poll that finds nothing finished, back to 2 s when one did)
+    "--slurm-init-seconds-before-status-checks", "2",
+    "--seconds-between-status-checks", "2",
+    # no account: TIMESTEP_LAB_SLURM_ACCOUNT is unset (study_env), so sbatch gets no -A (a
+    # given account would be validated with sacctmgr/sshare, which need slurmdbd). The plugin
+    # (2.8.0) then tries to guess one with sacct, fails and goes on without; --slurm-no-account
+    # says the same for plugin versions that read it (2.8.0 defines it but never reads it).
+    "--slurm-no-account",
+    # keep the SLURM log of every job, as evidence that the jobs ran under SLURM
+    "--slurm-keep-successful-logs",
+]
+# The smoke study's ~100 cluster jobs each run snakemake twice inside SLURM (the job's
+# slurm-jobstep and the srun step under it, each parsing the workflow and importing torch:
+# ~10 s of CPU per job before the job's own command). On a 2-core machine that more than
+# doubles the study's time, so the test bundles the many small per-run jobs into SLURM group
+# jobs (one snakemake pair per group), each a one-CPU job (`--cores 1`: a group's jobs run one
+# after the other) so that two run side by side and a training job waits for one slot, not
+# for the whole node. Training, profiling and the single analyses stay one SLURM job each;
+# train cannot be grouped (fine-tuning runs start from the reference model through `slots`,
+# which would make a group depend on itself), nor profile_losses (same path).
+SLURM_SMOKE_GROUPS = [
+    "--groups", "prepare_data=prep", "sample=eval", "evaluate=eval", "evaluate_progress=progress",
+    "sample_contribution=contrib", "evaluate_contribution=contrib", "report=report",
+    "--group-components", "prep=2", "eval=3", "progress=6", "contrib=4", "report=4",
+    "--cores", "1",
+]
+
+
+def slurm_args(cluster=None, groups: bool = True) -> list[str]:
+    """``--profile cluster`` and the test-only options (with the group jobs)."""
+    return ["--profile", "cluster", *SLURM_TEST_ARGS, *(SLURM_SMOKE_GROUPS if groups else [])]
+
+
+# site settings the profile reads from the environment (README, "On a SLURM cluster")
+PROFILE_ENV = ("TIMESTEP_LAB_SLURM_ACCOUNT", "TIMESTEP_LAB_SLURM_PARTITION", "TIMESTEP_LAB_GPU_MODEL",
+               "TIMESTEP_LAB_JOBS")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A running single-node SLURM cluster (munged, slurmctld, slurmd on loopback) for the
+    session; skips when not root or SLURM cannot be installed. ``cluster.env`` is what clients
+    need (SLURM_CONF, PATH with wrappers)."""
+    import shutil
+    import tempfile
+
+    from slurm_cluster import SlurmCluster, ensure_installed
+
+    reason = ensure_installed()
+    if reason:
+        pytest.skip(reason)
+    root = Path(tempfile.mkdtemp(prefix="tlab-slurm-"))  # short: the munge socket path has a limit
+    cluster = SlurmCluster.start(root)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+from worktree import copy_worktree  # noqa: E402  (one copy of the repo for every workflow test)
+
+
+def study_env(cluster=None) -> dict[str, str]:
+    """Environment for snakemake and the jobs: the venv's bin first on PATH (jobs call
+    `python -m timestep_lab` and `papermill`), then the cluster's client wrappers; no outer
+    SLURM job's variables and no site settings from the caller's shell."""
+    import sys
+
+    venv_bin = ROOT / ".venv" / "bin"
+    if not (venv_bin / "snakemake").exists():
+        venv_bin = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k not in PROFILE_ENV}
+    path = env.get("PATH", "")
+    if cluster is not None:
+        env.update(cluster.env)
+        path = cluster.env["PATH"]
+        # the profile's partition setting, as a site would set it
+        env["TIMESTEP_LAB_SLURM_PARTITION"] = cluster.partition
+    env["PATH"] = os.pathsep.join([str(venv_bin), path])
+    return env
+
+
+def run_snakemake(args: list[str], cwd: Path, env: dict[str, str], timeout: float, log_path: Path | None = None):
+    """snakemake ``args`` in ``cwd``; (returncode, combined output, seconds). Never raises on
+    failure or timeout (a timeout kills the process group and returns 124)."""
+    import signal
+    import subprocess
+    import time
+
+    exe = Path(env["PATH"].split(os.pathsep)[0]) / "snakemake"
+    cmd = [str(exe) if exe.exists() else "snakemake", *args]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)  # snakemake cancels its SLURM jobs on SIGTERM
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+        out += f"\n[timed out after {timeout:.0f} s]\n"
+        rc = 124
+    seconds = time.monotonic() - start
+    log = f"$ {' '.join(cmd)}\n{out}"
+    if log_path is not None:
+        log_path.write_text(log)
+    return rc, log, seconds
+
+
+@dataclass
+class SmokeStudy:
+    """The smoke study (config/smoke.yaml) run once in a copy of the working tree."""
+
+    root: Path  # the copy: results/smoke, reports/smoke, logs/smoke, .snakemake
+    profile: str  # "cluster" (through SLURM) or "default" (local)
+    env: dict  # environment for subprocesses in ``root`` (PATH, SLURM_CONF when on SLURM)
+    returncode: int
+    log: str  # snakemake's combined output
+    seconds: float
+
+
+@pytest.fixture(scope="session")
+def smoke_study(request, tmp_path_factory) -> SmokeStudy:
+    """config/smoke.yaml run end to end in a fresh copy of the working tree: through
+    `--profile cluster` on the test SLURM cluster when there is one, else with the default
+    (local) profile. Never raises when snakemake fails: tests assert on ``returncode``."""
+    try:
+        cluster = request.getfixturevalue("slurm_cluster")
+    except pytest.skip.Exception:
+        cluster = None
+    root = copy_worktree(tmp_path_factory.mktemp("smoke") / "repo")
+    env = study_env(cluster)
+    args = ["--configfile", "config/smoke.yaml"]
+    if cluster is not None:
+        args += slurm_args(cluster)
+    rc, log, seconds = run_snakemake(args, root, env, timeout=3600, log_path=root / "smoke-study.log")
+    return SmokeStudy(root=root, profile="cluster" if cluster is not None else "default", env=env,
+                      returncode=rc, log=log, seconds=seconds)

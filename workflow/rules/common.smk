@@ -10,6 +10,8 @@ from timestep_lab.config import ConfigError, config_from_dict
 
 
 CONFIG_SOURCE = str((workflow.overwrite_configfiles or workflow.configfiles or ["config"])[-1])
+if os.path.isabs(CONFIG_SOURCE) and not os.path.relpath(CONFIG_SOURCE).startswith(".."):
+    CONFIG_SOURCE = os.path.relpath(CONFIG_SOURCE)  # a moved or cloned project reruns nothing
 
 try:
     validate(config, "../schemas/config.schema.yaml", set_default=True)

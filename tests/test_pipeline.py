@@ -1,0 +1,212 @@
+"""The study pipeline end to end: the smoke study's reports, its tidy metrics, an incremental
+rerun, DVC on top of it, bad configs, and faults inside a running workflow (SIGKILL, NaN).
+
+The smoke study itself runs once per session (fixture ``smoke_study`` in conftest.py: through
+the cluster profile on a real SLURM when one can be started, else with the default profile)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from timestep_lab.io import load_torch
+from timestep_lab.reporting import network_references
+from worktree import ROOT, copy_worktree, job_env, run
+
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
+
+REPORTS = ["sampler_comparison", "schedules", "loss_profile", "slot_finetune", "batch_size",
+           "timestep_contribution", "prediction_types", "consistency"]
+
+
+def _tail(text: str, n: int = 4000) -> str:
+    return text[-n:]
+
+
+@pytest.fixture(scope="module")
+def study(smoke_study):
+    assert smoke_study.returncode == 0, _tail(smoke_study.log)
+    return smoke_study
+
+
+def test_every_report_renders_self_contained_with_its_plots(study):
+    rep = study.root / "reports" / "smoke"
+    index = (rep / "index.html").read_text()
+    assert network_references(index) == []
+    for name in REPORTS:
+        page = (rep / f"{name}.html").read_text()
+        assert page.count("data:image/png;base64,") >= 1, f"{name}.html has no embedded plot"
+        assert network_references(page) == [], name
+        assert "Traceback" not in page  # every cell executed cleanly
+        assert f'href="{name}.html"' in index, f"index.html does not link {name}"
+    # the headline table puts our numbers beside the papers'
+    assert "paper: baseline" in index and "FID (digits-CNN features)" in index
+
+
+def test_collected_metrics_are_tidy_and_carry_the_protocol(study):
+    res = study.root / "results" / "smoke"
+    metrics = pd.read_csv(res / "metrics.csv")
+    runs = pd.read_csv(res / "runs.csv")
+    final_fid = metrics[(metrics["stage"] == "final") & (metrics["metric"] == "fid")]
+    grouped = runs[runs["groups"].notna()]
+    for rid in grouped["run"]:
+        tools = set(final_fid.loc[final_fid["run"] == rid, "tool"])
+        assert tools == {"torch-fidelity", "clean-fid"}, rid
+    protocol = ["tool_version", "feature_extractor", "feature_weights_sha256", "num_generated", "num_reference",
+                "method", "steps", "ema", "seeds", "reference_file", "reference_sha256"]
+    assert final_fid[protocol].notna().all().all()
+    assert (final_fid["feature_extractor"] == "digits-cnn").all()
+    progress = metrics[metrics["stage"] == "progress"]
+    assert progress["kimg"].nunique() >= 2  # FID against images seen
+    assert (runs.loc[runs["groups"].notna(), "status"] == "ok").all()
+
+
+def test_second_run_does_nothing(study):
+    t0 = time.perf_counter()
+    r = run(["snakemake", "--configfile", "config/smoke.yaml"], study.root, job_env(study.root), timeout=300)
+    seconds = time.perf_counter() - t0
+    assert r.returncode == 0, _tail(r.stdout)
+    assert "Nothing to be done" in r.stdout, _tail(r.stdout)
+    print(f"no-op rerun: {seconds:.1f} s")
+    assert seconds < 30  # 10 s on a quiet machine; generous for a loaded CI box
+
+
+def test_dvc_repro_on_the_study_then_push_and_pull(study, tmp_path):
+    """DVC wraps the same Snakemake targets: a repro over finished results reruns nothing, records
+    the metrics and plots, and push/pull round-trips the outputs through a local folder remote."""
+    root, env = study.root, job_env(study.root)
+    (root / "config" / "config.yaml").write_text((root / "config" / "smoke.yaml").read_text())  # params.yaml -> it
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"]):
+        assert run(cmd, root, env).returncode == 0
+    t0 = time.perf_counter()
+    r = run(["dvc", "repro"], root, env, timeout=900)
+    assert r.returncode == 0, _tail(r.stdout)
+    print(f"dvc repro over finished results: {time.perf_counter() - t0:.1f} s")
+    assert (root / "dvc.lock").exists()
+    r = run(["dvc", "metrics", "show", "--json"], root, env)
+    assert r.returncode == 0, r.stdout
+    shown = json.dumps(json.loads(r.stdout))
+    assert "fid" in shown and "dvc/smoke/metrics.json" in shown
+    r = run(["dvc", "repro"], root, env)  # nothing changed: DVC does not even call snakemake
+    assert r.returncode == 0 and "didn't change" in r.stdout and "Running stage" not in r.stdout, r.stdout
+    r = run(["dvc", "exp", "show", "--no-pager", "--csv"], root, env)
+    assert r.returncode == 0 and "fid" in r.stdout, r.stdout
+
+    remote = tmp_path / "remote"
+    watched = [root / "results/smoke/metrics.csv", root / "reports/smoke/index.html",
+               root / "results/smoke/runs/uniform_none_eps_b64_linear_s0/model.pt"]
+    before = {p: p.read_bytes() for p in watched}
+    for cmd in (["dvc", "remote", "add", "-d", "local", str(remote)], ["dvc", "push"]):
+        r = run(cmd, root, env)
+        assert r.returncode == 0, r.stdout
+    for p in watched:
+        p.unlink()
+    subprocess.run(["rm", "-rf", str(root / ".dvc" / "cache")], check=True)
+    r = run(["dvc", "pull"], root, env)
+    assert r.returncode == 0, r.stdout
+    assert {p: p.read_bytes() for p in watched} == before
+
+
+# ---------------------------------------------------------------------------------------- bad configs
+
+def _smoke_with(change) -> dict:
+    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    change(cfg)
+    return cfg
+
+
+BAD_CONFIGS = {
+    "unknown key": (lambda c: c["base"]["train"].update(batchsize=64), "train.batchsize"),
+    "wrong type": (lambda c: c["base"]["train"].update(batch_size="big"), "train.batch_size: expected int"),
+    "batch size 0": (lambda c: c["base"]["train"].update(batch_size=0), "train.batch_size must be > 0"),
+    "replacement range outside [1, T]": (lambda c: c["analyses"]["timestep_contribution"].update(ranges=[[1, 5000]]),
+                                         "analyses.timestep_contribution.ranges"),
+    "slot outside the slots": (lambda c: c["analyses"]["slots"].update(finetune=[12]), "analyses.slots.finetune"),
+    "SpeeD lam outside [0.5, 1]": (lambda c: c["weightings"]["speed"]["params"].update(lam=3), "lam"),
+    "unknown sampler": (lambda c: c["samplers"]["speed"].update(name="sped"), "sped"),
+    "schema: unknown section": (lambda c: c.update(analysis={}), "analysis"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_fails_before_any_job_naming_the_key(case, tmp_path):
+    change, key = BAD_CONFIGS[case]
+    root = copy_worktree(tmp_path / "repo")
+    (root / "bad.yaml").write_text(yaml.safe_dump(_smoke_with(change)))
+    r = run(["snakemake", "--configfile", "bad.yaml", "--cores", "1"], root, job_env(root), timeout=300)
+    assert r.returncode != 0
+    assert key in r.stdout, _tail(r.stdout)
+    assert "bad.yaml" in r.stdout
+    assert "Traceback" not in r.stdout, _tail(r.stdout)
+    assert not (root / "results").exists() and not (root / "data").exists()  # no job ran
+
+
+# ---------------------------------------------------------------------------------------- faults in a running study
+
+def _fault_study() -> dict:
+    """The sampler comparison alone, two runs: a baseline long enough to be killed mid-run (12
+    checkpoints) and a run whose learning rate makes it diverge."""
+    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    cfg["study"] = "faults"
+    cfg["groups"] = {"sampler_comparison": {
+        "progress": True, "seeds": [0],
+        "list": [{"sampler": "uniform", "overrides": {"train.total_kimg": 3, "train.checkpoint_every_kimg": 0.25}},
+                 {"sampler": "speed", "overrides": {"optim.lr": 1.0e12, "optim.grad_clip": None}}]}}
+    cfg["evaluation"]["progress_every_kimg"] = 1.5
+    del cfg["analyses"]["batch_size"]  # its groups are not part of this study
+    return cfg
+
+
+def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path):
+    root = copy_worktree(tmp_path / "repo")
+    (root / "faults.yaml").write_text(yaml.safe_dump(_fault_study()))
+    env = job_env(root)
+    target = "reports/faults/sampler_comparison.html"
+    cmd = ["snakemake", target, "--configfile", "faults.yaml"]  # --configfile takes several values: last
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runs = root / "results" / "faults" / "runs"
+    deadline = time.time() + 400
+    victim = None
+    while time.time() < deadline and proc.poll() is None:
+        ckpts = list(runs.glob("uniform_*/train_state/checkpoint.pt"))
+        if ckpts and load_torch(ckpts[0])["nimg"] >= 1000:
+            victim = ckpts[0].parent.parent
+            break
+        time.sleep(0.2)
+    assert victim is not None, "the baseline never reached its first checkpoints"
+    pids = subprocess.run(["pgrep", "-f", f"timestep_lab train --config {victim.relative_to(root)}/"],
+                          capture_output=True, text=True).stdout.split()
+    assert pids, "the training process was not found"
+    for pid in pids:
+        subprocess.run(["kill", "-KILL", pid])
+    first_log = proc.communicate(timeout=600)[0]
+    assert proc.returncode != 0, "the workflow did not notice the killed job"
+    killed_at = load_torch(victim / "train_state" / "checkpoint.pt")["nimg"]
+    assert 0 < killed_at < 3000
+    # nothing half-written where a consumer would read it
+    assert not (victim / "model.pt").exists() and not (root / target).exists()
+    assert not list(root.glob("results/**/.*.tmp")), "a temporary file was left behind"
+    # the rest of the study went on (keep-going): the diverging run was trained and scored
+    assert list(runs.glob("speed_*/metrics.json")), _tail(first_log)
+
+    r = run(cmd, root, env, timeout=900)
+    assert r.returncode == 0, _tail(r.stdout)
+    train_log = (root / "logs" / "faults" / "train" / f"{victim.name}.log").read_text()
+    assert f"resumed {victim.relative_to(root)} at" in train_log or "resumed" in train_log
+    final = load_torch(victim / "model.pt")
+    assert final["nimg"] == -(-3000 // 64) * 64 and final["status"] == "ok"  # whole batches of 64 past 3 kimg
+    nimgs = [json.loads(line)["nimg"] for line in (victim / "train_log.jsonl").read_text().splitlines()]
+    assert nimgs == sorted(set(nimgs)), "the resumed log repeats or loses intervals"
+
+    runs_csv = pd.read_csv(root / "results" / "faults" / "runs.csv").set_index("run")
+    diverged = [rid for rid in runs_csv.index if rid.startswith("speed_")]
+    assert runs_csv.loc[diverged, "status"].eq("diverged").all()
+    page = (root / target).read_text()
+    assert "Failed runs" in page and diverged[0] in page

@@ -1,0 +1,143 @@
+"""The cluster profile (workflow/profiles/cluster, `--profile cluster`) on a real SLURM:
+a throwaway single-node cluster started by the `slurm_cluster` fixture (root only; CI).
+
+1. the smoke study runs through SLURM end to end and renders every report;
+2. a training job killed with scancel is resubmitted (the profile's `retries`) and the
+   workflow still finishes with intact outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import copy_worktree, slurm_args, study_env
+
+pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]
+
+REPORTS = ("sampler_comparison", "schedules", "loss_profile", "slot_finetune", "batch_size",
+           "timestep_contribution", "prediction_types", "consistency")
+SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: ([^)]+)\)")
+
+
+def tail(text: str, n: int = 80) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def run_id(log: str) -> str:
+    m = re.search(r"SLURM run ID: (\S+)", log)
+    assert m, f"no SLURM run ID in snakemake's output:\n{tail(log)}"
+    return m.group(1)
+
+
+def test_smoke_study_through_slurm(slurm_cluster, smoke_study):
+    study = smoke_study
+    assert study.profile == "cluster"
+    assert study.returncode == 0, f"smoke study through SLURM failed after {study.seconds:.0f} s:\n{tail(study.log)}"
+
+    # the jobs really went through sbatch: ids in snakemake's log, SLURM's own log files, and
+    # slurmctld still knows them (MinJobAge) as jobs of this run, all completed, in the
+    # partition that TIMESTEP_LAB_SLURM_PARTITION named
+    submitted = SUBMITTED.findall(study.log)
+    assert len(submitted) >= 20, tail(study.log)
+    for _, slurm_log in submitted:
+        assert Path(slurm_log).is_file(), slurm_log
+    assert (study.root / ".snakemake" / "slurm_logs" / "rule_train").is_dir()
+    jobs = {j["id"]: j for j in slurm_cluster.squeue("--name", run_id(study.log))}
+    ids = {jid for jid, _ in submitted}
+    assert ids <= set(jobs), f"submitted {sorted(ids - set(jobs))} unknown to squeue"
+    assert {jobs[i]["state"] for i in ids} == {"COMPLETED"}, {i: jobs[i]["state"] for i in ids}
+    comments = {jobs[i]["comment"] for i in ids}
+    assert any(c.startswith("rule_train_wildcards_") for c in comments), comments
+    assert any(c.startswith("rule_eval") for c in comments), comments  # a group job
+    partitions = {slurm_cluster.run("squeue", "--noheader", "--states=all", "--jobs", i, "--format=%P").stdout.strip()
+                  for i in sorted(ids)[:3]}
+    assert partitions == {slurm_cluster.partition}
+
+    reports = study.root / "reports" / "smoke"
+    assert (reports / "index.html").is_file()
+    for name in REPORTS:
+        html = (reports / f"{name}.html").read_text(errors="replace")
+        assert "data:image/png" in html, f"{name}.html has no embedded plot"
+    index = (reports / "index.html").read_text()
+    for name in REPORTS:
+        assert f"{name}.html" in index
+    print(f"smoke study through SLURM: {study.seconds:.0f} s, {len(ids)} SLURM jobs")
+
+
+RUN = "uniform_none_eps_b64_linear_s0"
+
+
+def scancel_config(root: Path) -> str:
+    """The smoke study as study `scancel` (its own results/logs folders), with training long
+    enough (~20 s of steps) to be cancelled in the middle."""
+    cfg = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
+    cfg["study"] = "scancel"
+    cfg["base"]["train"].update(total_kimg=16, log_every_kimg=2, checkpoint_every_kimg=4)
+    path = root / "config" / "scancel.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return str(path.relative_to(root))
+
+
+def test_scancel_train_job_is_retried(slurm_cluster, tmp_path):
+    root = copy_worktree(tmp_path / "repo")
+    env = study_env(slurm_cluster)
+    configfile = scancel_config(root)
+    run_dir = root / "results" / "scancel" / "runs" / RUN
+    targets = [f"results/scancel/runs/{RUN}/model.pt", f"results/scancel/runs/{RUN}/metrics.json"]
+    args = ["--configfile", configfile, *slurm_args(slurm_cluster), *targets]
+    exe = Path(env["PATH"].split(os.pathsep)[0]) / "snakemake"
+    log_path = root / "scancel.log"
+    start = time.monotonic()
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([str(exe), *args], cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        # wait until the train job runs and training has begun (train_log.jsonl), then kill it
+        train_log = root / "logs" / "scancel" / "train" / f"{RUN}.log"
+        victim = None
+        deadline = time.monotonic() + 300
+        while victim is None:
+            assert proc.poll() is None, f"snakemake ended before the train job ran:\n{tail(log_path.read_text())}"
+            assert time.monotonic() < deadline, f"no running train job:\n{tail(log_path.read_text())}"
+            running = [j for j in slurm_cluster.squeue(states="RUNNING")
+                       if j["comment"] == f"rule_train_wildcards_{RUN}"]
+            if running and (run_dir / "train_log.jsonl").exists():
+                victim = running[0]["id"]
+            else:
+                time.sleep(0.5)
+        slurm_cluster.run("scancel", victim)
+        cancelled_at = time.monotonic() - start
+        rc = proc.wait(timeout=420)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(60)
+    log = log_path.read_text()
+    assert rc == 0, f"snakemake failed after the scancel:\n{tail(log)}"
+
+    # SLURM saw the cancel, snakemake resubmitted, the second attempt completed
+    state = {j["id"]: j for j in slurm_cluster.squeue("--name", run_id(log))}
+    assert state[victim]["state"] == "CANCELLED", state[victim]
+    trains = [j for j in state.values() if j["comment"] == f"rule_train_wildcards_{RUN}"]
+    assert [j["state"] for j in sorted(trains, key=lambda j: int(j["id"]))] == ["CANCELLED", "COMPLETED"], trains
+    assert f"SLURM-job '{victim}' failed, SLURM status is: 'CANCELLED'" in log
+    assert "Trying to restart job" in log
+    assert train_log.read_text().count("ok after") == 1, train_log.read_text()[-2000:]
+
+    # outputs intact
+    state_dict = torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)
+    assert state_dict
+    steps = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines() if line.strip()]
+    assert steps[-1]["kimg"] >= 16
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics
+    print(f"scancel at {cancelled_at:.0f} s, finished after {time.monotonic() - start:.0f} s")
