@@ -192,7 +192,10 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
     assert 0 < killed_at < 3000
     # nothing half-written where a consumer would read it
     assert not (victim / "model.pt").exists() and not (root / target).exists()
-    assert not list(root.glob("results/**/.*.tmp")), "a temporary file was left behind"
+    # a SIGKILL can leave the killed writer's temporary file (".name.XXXX.tmp"), never a final name,
+    # and only inside the killed run
+    stray = [p for p in root.glob("results/**/.*.tmp") if victim not in p.parents]
+    assert not stray, f"temporary files outside the killed run: {stray}"
     # the rest of the study went on (keep-going): the diverging run was trained and scored
     assert list(runs.glob("speed_*/metrics.json")), _tail(first_log)
 
