@@ -99,10 +99,6 @@ def slurm_args(cluster=None, groups: bool = True) -> list[str]:
     return ["--profile", "cluster", *SLURM_TEST_ARGS, *(SLURM_SMOKE_GROUPS if groups else [])]
 
 
-# site settings the profile reads from the environment (README, "On a SLURM cluster")
-PROFILE_ENV = ("TIMESTEP_LAB_SLURM_ACCOUNT", "TIMESTEP_LAB_SLURM_PARTITION", "TIMESTEP_LAB_GPU_MODEL",
-               "TIMESTEP_LAB_JOBS")
-
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
@@ -126,28 +122,7 @@ def slurm_cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
-from worktree import copy_worktree  # noqa: E402  (one copy of the repo for every workflow test)
-
-
-def study_env(cluster=None) -> dict[str, str]:
-    """Environment for snakemake and the jobs: the venv's bin first on PATH (jobs call
-    `python -m timestep_lab` and `papermill`), then the cluster's client wrappers; no outer
-    SLURM job's variables and no site settings from the caller's shell."""
-    import sys
-
-    venv_bin = ROOT / ".venv" / "bin"
-    if not (venv_bin / "snakemake").exists():
-        venv_bin = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k not in PROFILE_ENV}
-    path = env.get("PATH", "")
-    if cluster is not None:
-        env.update(cluster.env)
-        path = cluster.env["PATH"]
-        # the profile's partition setting, as a site would set it
-        env["TIMESTEP_LAB_SLURM_PARTITION"] = cluster.partition
-    env["PATH"] = os.pathsep.join([str(venv_bin), path])
-    return env
+from worktree import copy_worktree, study_env  # noqa: E402,F401  (one copy and one env for every workflow test)
 
 
 def run_snakemake(args: list[str], cwd: Path, env: dict[str, str], timeout: float, log_path: Path | None = None):

@@ -17,7 +17,7 @@ import yaml
 
 from timestep_lab.io import load_torch
 from timestep_lab.reporting import network_references
-from worktree import ROOT, copy_worktree, job_env, run
+from worktree import ROOT, copy_worktree, run, study_env
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
@@ -69,7 +69,7 @@ def test_collected_metrics_are_tidy_and_carry_the_protocol(study):
 
 def test_second_run_does_nothing(study):
     t0 = time.perf_counter()
-    r = run(["snakemake", "--configfile", "config/smoke.yaml"], study.root, job_env(study.root), timeout=300)
+    r = run(["snakemake", "--configfile", "config/smoke.yaml"], study.root, study_env(), timeout=300)
     seconds = time.perf_counter() - t0
     assert r.returncode == 0, _tail(r.stdout)
     assert "Nothing to be done" in r.stdout, _tail(r.stdout)
@@ -80,7 +80,7 @@ def test_second_run_does_nothing(study):
 def test_dvc_repro_on_the_study_then_push_and_pull(study, tmp_path):
     """DVC wraps the same Snakemake targets: a repro over finished results reruns nothing, records
     the metrics and plots, and push/pull round-trips the outputs through a local folder remote."""
-    root, env = study.root, job_env(study.root)
+    root, env = study.root, study_env()
     (root / "config" / "config.yaml").write_text((root / "config" / "smoke.yaml").read_text())  # params.yaml -> it
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"]):
@@ -140,7 +140,7 @@ def test_bad_config_fails_before_any_job_naming_the_key(case, tmp_path):
     change, key = BAD_CONFIGS[case]
     root = copy_worktree(tmp_path / "repo")
     (root / "bad.yaml").write_text(yaml.safe_dump(_smoke_with(change)))
-    r = run(["snakemake", "--configfile", "bad.yaml", "--cores", "1"], root, job_env(root), timeout=300)
+    r = run(["snakemake", "--configfile", "bad.yaml", "--cores", "1"], root, study_env(), timeout=300)
     assert r.returncode != 0
     assert key in r.stdout, _tail(r.stdout)
     assert "bad.yaml" in r.stdout
@@ -167,7 +167,7 @@ def _fault_study() -> dict:
 def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path):
     root = copy_worktree(tmp_path / "repo")
     (root / "faults.yaml").write_text(yaml.safe_dump(_fault_study()))
-    env = job_env(root)
+    env = study_env()
     target = "reports/faults/sampler_comparison.html"
     cmd = ["snakemake", target, "--configfile", "faults.yaml"]  # --configfile takes several values: last
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

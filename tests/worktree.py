@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VENV_BIN = Path(sys.executable).parent  # the venv the tests run in: snakemake, papermill, dvc
 
 
 def copy_worktree(dst: Path) -> Path:
@@ -32,17 +31,31 @@ def copy_worktree(dst: Path) -> Path:
     return dst
 
 
-def job_env(root: Path = ROOT, **extra: str) -> dict[str, str]:
-    """Environment for snakemake/dvc subprocesses in the copy ``root``: the test venv first on PATH
-    (jobs call `python -m timestep_lab` and `papermill`), the copy's own sources importable."""
-    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONPATH": str(Path(root) / "src")}
-    env.update(extra)
+PROFILE_ENV = ("TIMESTEP_LAB_SLURM_ACCOUNT", "TIMESTEP_LAB_SLURM_PARTITION", "TIMESTEP_LAB_GPU_MODEL",
+               "TIMESTEP_LAB_JOBS")  # site settings the cluster profile reads
+
+
+def study_env(cluster=None) -> dict[str, str]:
+    """Environment for snakemake and the jobs: the venv's bin first on PATH (jobs call
+    `python -m timestep_lab` and `papermill`), then the cluster's client wrappers; no outer
+    SLURM job's variables and no site settings from the caller's shell."""
+    venv_bin = ROOT / ".venv" / "bin"
+    if not (venv_bin / "snakemake").exists():
+        venv_bin = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k not in PROFILE_ENV}
+    path = env.get("PATH", "")
+    if cluster is not None:
+        env.update(cluster.env)
+        path = cluster.env["PATH"]
+        # the profile's partition setting, as a site would set it
+        env["TIMESTEP_LAB_SLURM_PARTITION"] = cluster.partition
+    env["PATH"] = os.pathsep.join([str(venv_bin), path])
     return env
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 900,
         **kwargs) -> subprocess.CompletedProcess:
     """Run ``cmd`` in ``cwd``, output captured as text (stdout and stderr together)."""
-    return subprocess.run(cmd, cwd=cwd, env=env or job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    return subprocess.run(cmd, cwd=cwd, env=env or study_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout, **kwargs)
