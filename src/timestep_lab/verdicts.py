@@ -1,0 +1,217 @@
+"""Paired comparisons per study group and a verdict per paper claim (docs/methods.md §9).
+
+Input: the tidy metrics table written by the results collection (one row per run x stage x
+images seen x metric x tool, with the run's axes, ``seed``, ``groups`` and ``arm`` = the run id
+without its seed). Output: plain dicts, ready for ``summary.json``/``verdicts.json`` and reports.
+
+* :func:`compare_group`: within one group, every arm against the group's baseline arm, paired by
+  seed: final-FID difference and log-FID difference with 95% t-intervals, Holm-adjusted p across
+  the arms of the group, and the speed-up from progress curves (:func:`timestep_lab.stats.speedup`).
+* :data:`CLAIMS` + :func:`judge_claims`: one verdict per claim: reproduced, contradicted,
+  inconclusive (with the smallest effect this budget could detect) or not run (with what it needs).
+
+Knows nothing about Snakemake, files or plotting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
+
+from timestep_lab.stats import holm, paired, speedup, verdict
+
+__all__ = ["Claim", "CLAIMS", "arm_of", "select_arm", "compare_group", "judge_claims", "FID_TOOL_ORDER"]
+
+#: Which tool's FID is the headline when several measured the same samples.
+FID_TOOL_ORDER = ("torch-fidelity", "clean-fid")
+
+
+def arm_of(run_id: str, seed: Any) -> str:
+    """The arm a run belongs to: its id without the ``_s<seed>`` component (runs of one arm
+    differ only in seed, so paired comparisons join arms on seed)."""
+    token = f"_s{seed}"
+    i = run_id.find(token + "_")
+    if i < 0 and run_id.endswith(token):
+        i = len(run_id) - len(token)
+    return run_id if i < 0 else run_id[:i] + run_id[i + len(token):]
+
+
+def _fid(metrics: pd.DataFrame, stage: str) -> pd.DataFrame:
+    fid = metrics[(metrics["stage"] == stage) & (metrics["metric"] == "fid")]
+    for tool in FID_TOOL_ORDER:
+        if (fid["tool"] == tool).any():
+            return fid[fid["tool"] == tool]
+    return fid
+
+
+def _in_group(df: pd.DataFrame, group: str) -> pd.DataFrame:
+    return df[df["groups"].fillna("").astype(str).str.split(";").apply(lambda gs: group in gs)]
+
+
+def select_arm(df: pd.DataFrame, selector: Mapping[str, Any]) -> list[str]:
+    """Arms of ``df`` whose rows match every ``column: value`` of ``selector``; the key ``arm~``
+    matches a substring of the arm id (for arms told apart by overrides, e.g. momentum decay)."""
+    mask = pd.Series(True, index=df.index)
+    for key, value in selector.items():
+        if key == "arm~":
+            mask &= df["arm"].astype(str).str.contains(str(value), regex=False)
+        elif key == "arm!~":  # one substring or a list of them, none may occur
+            for v in ([value] if isinstance(value, str) else value):
+                mask &= ~df["arm"].astype(str).str.contains(str(v), regex=False)
+        else:
+            mask &= df[key].astype(str) == str(value)
+    return sorted(df.loc[mask, "arm"].unique())
+
+
+def compare_group(metrics: pd.DataFrame, group: str, baseline: Mapping[str, Any]) -> dict[str, Any]:
+    """Paired comparisons of every arm of ``group`` against the arm matching ``baseline``.
+
+    :returns: ``{"group", "baseline", "seeds", "arms": {arm: {...}}, "comparisons": {arm: {"n",
+        "diff", "ci_low", "ci_high", "p", "p_adj", "detectable", "log": {...}, "speedup": {...}}}}``;
+        ``comparisons`` is empty when the baseline arm is missing or has no finished seed.
+    """
+    final = _in_group(_fid(metrics, "final"), group)
+    out: dict[str, Any] = {"group": group, "baseline": None, "arms": {}, "comparisons": {}}
+    base_arms = select_arm(final, baseline) if len(final) else []
+    if len(base_arms) != 1:
+        out["note"] = f"baseline {dict(baseline)} matches {len(base_arms)} arms"
+        return out
+    base = out["baseline"] = base_arms[0]
+    by_arm = {arm: dict(zip(d["seed"].astype(int), d["value"].astype(float))) for arm, d in final.groupby("arm")}
+    for arm, fids in sorted(by_arm.items()):
+        vals = list(fids.values())
+        out["arms"][arm] = {"n": len(vals), "mean": sum(vals) / len(vals), "seeds": sorted(fids)}
+    prog = _in_group(_fid(metrics, "progress"), group)
+    curves = {(arm, int(seed)): (d.sort_values("kimg")["kimg"].tolist(), d.sort_values("kimg")["value"].tolist())
+              for (arm, seed), d in prog.groupby(["arm", "seed"])} if len(prog) else {}
+    stats = {}
+    for arm, fids in sorted(by_arm.items()):
+        if arm == base:
+            continue
+        seeds = sorted(set(fids) & set(by_arm[base]))
+        b, a = [by_arm[base][s] for s in seeds], [fids[s] for s in seeds]
+        row = {"seeds": seeds, **paired(b, a).as_dict(), "log": paired(b, a, log=True).as_dict()}
+        # pair the final FID of the baseline's own run with the arm's progress curve; the
+        # baseline's last progress point is replaced by nothing: its final FID is the target
+        pairs = [(s, curves.get((base, s)), curves.get((arm, s))) for s in seeds]
+        pairs = [(s, bc, ac) for s, bc, ac in pairs if bc and ac]
+        if pairs:
+            sp = speedup([bc for _, bc, _ in pairs], [ac for _, _, ac in pairs])
+            row["speedup"] = {"value": sp.value, "ci_low": sp.ci_low, "ci_high": sp.ci_high, "bound": sp.bound,
+                              "kimg_bound": sp.kimg_bound, "label": sp.label(), "n": len(pairs)}
+        stats[arm] = row
+    for arm, p_adj in zip(stats, holm([r["p"] for r in stats.values()])):
+        stats[arm]["p_adj"] = p_adj
+    out["comparisons"] = stats
+    out["seeds"] = sorted(by_arm[base])
+    return out
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One published claim and how this study tests it.
+
+    ``kind="fid"``: the final-FID difference ``arm - baseline`` in ``group`` should have sign
+    ``expected_sign`` (-1: the arm reaches a lower FID). ``kind="analysis"``: ``judge`` reads a
+    measured effect ``{"diff", "ci_low", "ci_high", "detectable", "n"}`` from the analyses dict.
+    A claim whose inputs are absent is "not run", with ``needs`` saying what would run it.
+    """
+
+    id: str
+    paper: str
+    statement: str
+    kind: str = "fid"
+    group: str = ""
+    arm: Mapping[str, Any] = field(default_factory=dict)
+    baseline: Mapping[str, Any] = field(default_factory=dict)
+    expected_sign: int = -1
+    needs: str = ""
+    analysis: str = ""
+
+
+SEED = "Xie & Agam 2025 (2502.01990)"
+SPEED = "SpeeD (2405.17403)"
+ADAPTIVE = "Kim et al. 2024 (2411.09998)"
+CONSISTENCY = "Consistency (2404.07946)"
+UNIFORM = {"sampler": "uniform", "weighting": "none"}
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("speed_faster", SPEED, "asymmetric sampling + change-aware weighting beats uniform at equal images",
+          group="sampler_comparison", arm={"sampler": "speed", "weighting": "speed"}, baseline=UNIFORM,
+          needs="groups.sampler_comparison with sampler speed + weighting speed"),
+    Claim("speed_sampling_alone", SPEED, "asymmetric timestep sampling alone beats uniform",
+          group="sampler_comparison", arm={"sampler": "speed", "weighting": "none"}, baseline=UNIFORM,
+          needs="groups.sampler_comparison with sampler speed"),
+    Claim("adaptive_faster", ADAPTIVE, "the learned Beta timestep sampler beats uniform",
+          group="sampler_comparison", arm={"sampler": "adaptive", "weighting": "none"}, baseline=UNIFORM,
+          needs="groups.sampler_comparison with sampler adaptive"),
+    Claim("clts_faster", CONSISTENCY, "the curriculum timestep schedule (CLTS) beats uniform",
+          group="sampler_comparison", arm={"sampler": "clts", "weighting": "none"}, baseline=UNIFORM,
+          needs="groups.sampler_comparison with sampler clts"),
+    Claim("momentum_decay", CONSISTENCY, "decaying Adam's beta1 late in training lowers FID",
+          group="consistency", arm={"arm~": "momentum", "arm!~": "compensate"},
+          baseline={"arm!~": ["optim", "model"]},
+          needs="groups.consistency with a momentum_decay entry"),
+    Claim("mixed_heads", SEED, "a mixed x0/eps prediction head beats eps prediction",
+          group="prediction_types", arm={"prediction": "mixed"}, baseline={"prediction": "eps"},
+          needs="groups.prediction_types with prediction mixed"),
+    Claim("small_batch", SEED, "a small batch trains better than a large one at equal images seen",
+          group="batch_size", arm={"batch_size": "{smallest}"}, baseline={"batch_size": "{base}"},
+          needs="groups.batch_size with two batch sizes"),
+    Claim("slot_interference", SEED, "fine-tuning one slot raises the other slots' loss more than "
+          "fine-tuning on uniform t does", kind="analysis", analysis="interference", expected_sign=+1,
+          needs="analyses.slots.finetune with a uniform control"),
+    Claim("same_noise_same_image", CONSISTENCY, "models trained from different seeds map the same noise to "
+          "close images (paired distance below unpaired)", kind="analysis", analysis="consistency",
+          expected_sign=-1, needs="groups.consistency and analyses.consistency"),
+    Claim("table1_pretrained", SEED, "Table 1: slot fine-tuning of the ImageNet-64 guided-diffusion model",
+          kind="analysis", analysis="table1",
+          needs="the guided-diffusion ImageNet-64 checkpoint as reference.pretrained (config/imagenet.yaml)"),
+)
+
+
+def _resolve(selector: Mapping[str, Any], df: pd.DataFrame, base_batch: int | None) -> dict[str, Any]:
+    sizes = sorted({int(b) for b in df["batch_size"].dropna()}) if "batch_size" in df and len(df) else []
+    fill = {"{smallest}": sizes[0] if sizes else None, "{base}": base_batch}
+    return {k: fill.get(v, v) if isinstance(v, str) else v for k, v in selector.items()}
+
+
+def _verdict_row(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    row = {"id": claim.id, "paper": claim.paper, "claim": claim.statement, **extra}
+    if not effect or not effect.get("n"):
+        return {**row, "verdict": "not run", "needs": claim.needs}
+    v = verdict(effect.get("ci_low", math.nan), effect.get("ci_high", math.nan), claim.expected_sign)
+    row.update({k: effect.get(k, math.nan) for k in ("n", "diff", "ci_low", "ci_high", "p_adj", "detectable")})
+    row["verdict"] = v
+    return row
+
+
+def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]] | None = None, *,
+                 base_batch: int | None = None, claims: Sequence[Claim] = CLAIMS,
+                 compare: Callable[..., dict[str, Any]] = compare_group) -> list[dict[str, Any]]:
+    """One verdict row per claim (see :class:`Claim`); ``analyses`` maps an analysis name to its
+    measured effect dict; ``base_batch`` is the study's base ``train.batch_size``."""
+    analyses = analyses or {}
+    rows, cache = [], {}
+    for claim in claims:
+        if claim.kind == "analysis":
+            rows.append(_verdict_row(claim, analyses.get(claim.analysis)))
+            continue
+        final = _in_group(_fid(metrics, "final"), claim.group) if len(metrics) else metrics
+        if not len(final):
+            rows.append(_verdict_row(claim, None))
+            continue
+        baseline = _resolve(claim.baseline, final, base_batch)
+        arms = select_arm(final, _resolve(claim.arm, final, base_batch))
+        key = (claim.group, tuple(sorted(baseline.items())))
+        if key not in cache:
+            cache[key] = compare(metrics, claim.group, baseline)
+        comp = cache[key]["comparisons"]
+        arm = next((a for a in arms if a in comp), None)
+        rows.append(_verdict_row(claim, comp.get(arm) if arm else None, group=claim.group, arm=arm,
+                                 baseline=cache[key]["baseline"],
+                                 speedup=(comp.get(arm) or {}).get("speedup", {}).get("label")))
+    return rows
