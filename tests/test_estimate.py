@@ -1,0 +1,125 @@
+"""`timestep_lab estimate`: FLOPs against a hand count, per-rule arithmetic on a tiny study worked
+by hand, the CLI on config/cifar10.yaml, and the GPU suite's dry run on a CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import ROOT
+from timestep_lab.config import ConfigError
+from timestep_lab.estimate import count_flops, estimate, network_cost, plan_from_dict, rule_costs, to_json
+
+TINY = {
+    "study": "tiny",
+    "resources": {"device": "cpu"},
+    "data": {"dataset": "digits"},
+    "evaluation": {"extractor": "digits-cnn", "num_samples": 100, "progress_num_samples": 50,
+                   "progress_every_kimg": 0.5, "sample": {"method": "ddim", "steps": 10, "eta": 0.0}},
+    "base": {"model": {"channels": 8, "channel_mult": [1], "num_res_blocks": 1, "norm_groups": 4},
+             "diffusion": {"num_timesteps": 100}, "train": {"batch_size": 64, "total_kimg": 1}},
+    "samplers": {"uniform": {"name": "uniform"}, "speed": {"name": "speed", "params": {"k": 5, "dual": True}}},
+    "weightings": {"none": {"name": "none"}},
+    "groups": {"sampler_comparison": {"progress": True, "grid": {"sampler": ["uniform", "speed"]}, "seeds": [0]}},
+    "reference": {"overrides": {"train.batch_size": 128, "train.total_kimg": 2}},
+    "analyses": {"loss_profile": {"num_images": 10, "stride": 10, "grad_timesteps": 2, "grad_samples": 3}},
+}
+
+
+def test_flops_match_a_hand_count():
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 8 * 8, 10))
+    x = torch.randn(1, 1, 8, 8)
+    conv = 2 * 1 * 4 * 3 * 3 * 8 * 8  # 2 x C_in x C_out x k^2 x H x W
+    linear = 2 * 256 * 10
+    assert count_flops(net, (x,)) == conv + linear
+    # backward: the linear layer's input and weight gradients, the conv's weight gradient (x needs none)
+    assert count_flops(net, (x,), backward=True) == conv + linear + 2 * linear + conv
+
+
+def test_network_cost_of_the_cifar10_unet():
+    model = {"channels": 128, "channel_mult": [1, 2, 2, 2], "num_res_blocks": 2, "attention_resolutions": [16],
+             "dropout": 0.1, "norm_groups": 32}
+    cost = network_cost({"model": model}, 32, 3)
+    assert cost.key == "unet-35.75M@32x32x3" and cost.params == 35_746_307
+    assert 12e9 < cost.forward < 13e9  # DDPM's CIFAR-10 UNet: ~6.2 GMACs per image
+    assert 2.9 < cost.train / cost.forward < 3.1
+
+
+def test_tiny_study_worked_by_hand():
+    plan = plan_from_dict(TINY, "tiny.yaml")
+    assert sorted(plan.runs) == ["reference", "speed_none_eps_b64_linear_s0", "uniform_none_eps_b64_linear_s0"]
+    rules = {r.rule: r for r in rule_costs(plan)}
+    jobs = {k: r.jobs for k, r in rules.items()}
+    assert jobs == {"prepare_data": 2, "run_config": 3, "train": 3, "train_features": 1, "reference_stats": 1,
+                    "sample": 3, "evaluate": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
+                    "slots": 1, "interference": 1, "sample_contribution": 1, "evaluate_contribution": 1,
+                    "posterior": 1, "profile_predictions": 1, "consistency": 1, "report": 8, "index": 1, "all": 1}
+    # train: 1000 images at batch 64 -> 16 steps = 1024 images per run; the reference 2000 at 128 -> 2048
+    assert rules["train"].images_trained == 2 * 1024 + 2048 == rules["train"].evaluations
+    # snapshots every 500 images: crossed at 512 and 1024 (the last step) -> 2 points per followed run
+    assert rules["evaluate_progress"].images_sampled == 2 * 2 * 50
+    assert rules["evaluate_progress"].evaluations == 2 * 2 * 50 * 10  # DDIM-10
+    assert rules["sample"].images_sampled == 3 * 100 and rules["sample"].evaluations == 3 * 100 * 10
+    # profile of the reference: t in 0, 10, ..., 90 and 99 -> 11 x 10 images; gradients at t = 0, 99 x 3 samples
+    assert rules["profile_losses"].evaluations == 11 * 10 + 2 * 3
+    assert rules["sample_contribution"].evaluations == 500 * 10  # one range ("none"), default 500 samples
+    net = network_cost(plan.runs["reference"].config, 8, 1)
+    assert rules["train"].flops == (2 * 1024 + 2048) * net.train
+    assert rules["sample"].flops == 3 * 100 * 10 * net.forward
+    est = estimate(plan, "h100")
+    priced = {r.cost.rule: r for r in est.rows}
+    assert priced["train"].basis == "assumed MFU 30%"
+    assert priced["train"].gpu_hours == pytest.approx(rules["train"].flops / (989.4e12 * 0.30) / 3600)
+    assert priced["collect"].gpu_hours is None
+    assert to_json(est)["total"]["jobs"] == 37  # with the `all` target, as `snakemake -n` counts
+
+
+def test_bad_study_is_one_config_error():
+    bad = {**TINY, "evaluation": {**TINY["evaluation"], "num_samples": "many"}}
+    with pytest.raises(ConfigError, match="tiny.yaml: evaluation.num_samples"):
+        plan_from_dict(bad, "tiny.yaml")
+    bad = {**TINY, "groups": {"schedules": {"grid": {"sampler": ["nope"]}}}}
+    with pytest.raises(ConfigError, match="nope"):
+        plan_from_dict(bad, "tiny.yaml")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "timestep_lab", "estimate", *args], cwd=ROOT, capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_cli_on_cifar10():
+    r = _cli("config/cifar10.yaml")
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    for rule in ("train", "sample", "evaluate", "evaluate_progress", "reference_stats", "profile_losses"):
+        assert any(line.split()[:1] == [rule] for line in lines), rule
+    assert "GPU-hours" in lines[-1] and "H100" in lines[-1]
+    assert "assumed MFU 30%" in r.stdout
+
+
+def test_cli_bad_config_is_one_error_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "config" / "smoke.yaml").read_text().replace("num_samples: 200", "num_samples: many"))
+    r = _cli(str(bad))
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1].startswith("error:") and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_gpu_suite_dry_run_starts_every_step(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
+           "TMPDIR": str(tmp_path)}
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_suite.sh"), "--dry-run"], cwd=ROOT,
+                       capture_output=True, text=True, env=env, timeout=800)
+    log = (tmp_path / "out" / "suite.log").read_text() if (tmp_path / "out" / "suite.log").exists() else ""
+    assert r.returncode == 0, r.stdout[-3000:] + log[-4000:]
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary.md", "estimate_rows.txt", "suite.log",
+                                                                "suite.tar.gz"}
+    assert "images/s" in (tmp_path / "out" / "summary.md").read_text()
