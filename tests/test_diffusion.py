@@ -116,3 +116,23 @@ def test_decoder_likelihood_is_finite_and_exact_far_from_the_mean_in_float32():
                     log_ndtr(u) + np.log1p(-np.exp(log_ndtr(l) - log_ndtr(u))))
     assert torch.isfinite(got).all()
     np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-4)
+
+
+def test_t0_kl_term_for_the_adaptive_reward_is_the_closed_form_gaussian_kl(diffusion):
+    # The adaptive sampler's official code scores t = 0 with the KL term, not the decoder NLL,
+    # and feeds it the unclipped x0 estimate. At t = 0 q(x_-1|x_0, x0) has mean x0 and p has
+    # mean x0_hat (c1 = 1, c2 = 0), both with the clipped variance beta~_1 under fixed_large:
+    # KL = mean((x0 - x0_hat)^2) / (2 beta~_1) / ln 2.
+    g = torch.Generator().manual_seed(5)
+    x0 = torch.rand(2, 1, 4, 4, generator=g) * 2 - 1
+    x0_hat = x0 + 0.3 * torch.randn(2, 1, 4, 4, generator=g) * 4  # reaches well outside [-1, 1]
+    t = torch.zeros(2, dtype=torch.long)
+    x_t = diffusion.q_sample(x0, t, torch.randn(2, 1, 4, 4, generator=g))
+    var = diffusion.betas[1].item() * (1 - diffusion.alpha_bar[0].item()) / (1 - diffusion.alpha_bar[1].item())
+    expected = ((x0 - x0_hat).double() ** 2).mean(dim=(1, 2, 3)) / (2 * var) / math.log(2)
+    got = diffusion.vlb_terms(x0, x_t, t, x0_hat, t0_term="kl")
+    assert torch.allclose(got.double(), expected, rtol=1e-4)
+    # clamping x0_hat (what the reward used to do) shrinks the term: not the same quantity
+    assert (diffusion.vlb_terms(x0, x_t, t, x0_hat.clamp(-1, 1), t0_term="kl") < got).all()
+    with pytest.raises(ValueError):
+        diffusion.vlb_terms(x0, x_t, t, x0_hat, t0_term="nll")

@@ -166,16 +166,25 @@ class GaussianDiffusion:
 
     # ---------------------------------------------------------------- variational bound
 
-    def vlb_terms(self, x0: Tensor, x_t: Tensor, t: Tensor, x0_hat: Tensor) -> Tensor:
+    def vlb_terms(self, x0: Tensor, x_t: Tensor, t: Tensor, x0_hat: Tensor, *,
+                  t0_term: str = "decoder_nll") -> Tensor:
         """Per-sample VLB term in bits/dim, ``[B]``.
 
-        For t > 0: ``L_t = KL(q(x_{t-1} | x_t, x0) || p(x_{t-1} | x_t))``; for t = 0 the
-        decoder NLL ``-log p(x0 | x_t)`` under the discretised Gaussian. Both divided by
-        ``D ln 2`` (D = number of pixels x channels). ``x0`` must be in [-1, 1].
+        For t > 0: ``L_t = KL(q(x_{t-1} | x_t, x0) || p(x_{t-1} | x_t))``. For t = 0,
+        ``t0_term="decoder_nll"`` gives the decoder NLL ``-log p(x0 | x_t)`` under the
+        discretised Gaussian (the bound's own term, used by the loss profile) and
+        ``t0_term="kl"`` the same KL expression as t > 0 with the clipped posterior variance
+        (what the adaptive sampler's official code feeds its reward; docs/methods.md §1.4).
+        Both divided by ``D ln 2`` (D = number of pixels x channels). ``x0`` must be in [-1, 1];
+        ``x0_hat`` is used as given (callers decide whether to clamp it).
         """
+        if t0_term not in ("decoder_nll", "kl"):
+            raise ValueError(f"t0_term must be 'decoder_nll' or 'kl', got {t0_term!r}")
         true_mean, _, true_logvar = self.q_posterior(x0, x_t, t)
         mean, logvar = self.p_mean_logvar(x0_hat, x_t, t)
         kl = mean_flat(normal_kl(true_mean, true_logvar, mean, logvar)) / math.log(2.0)
+        if t0_term == "kl":
+            return kl
         nll = -mean_flat(discretized_gaussian_log_likelihood(x0, mean, 0.5 * logvar)) / math.log(2.0)
         return torch.where(t == 0, nll, kl)
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
+import struct
 import tempfile
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -112,15 +116,64 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def _stable_serialization_id(buf: bytearray) -> None:
+    """Replace torch's random ``.data/serialization_id`` record by a digest of the other records.
+
+    torch >= 2.4 writes a random 40-digit id into every archive, so two saves of the same object
+    differ in bytes (and hashes). The id is only logged on load; we overwrite its 40 bytes in
+    place with 40 digits of the SHA-256 of every other record, and patch the CRC-32 wherever the
+    zip stores it (local header, data descriptor, central directory). Sizes and offsets are
+    unchanged, so the archive keeps torch's 64-byte record alignment.
+    """
+    zf = zipfile.ZipFile(io.BytesIO(bytes(buf)))
+    infos = zf.infolist()
+    target = next((i for i in infos if i.filename.endswith("/.data/serialization_id")), None)
+    if target is None:
+        return
+    digest = hashlib.sha256()
+    for info in infos:
+        if info is not target:
+            digest.update(info.filename.encode())
+            digest.update(zf.read(info))
+    old = zf.read(target)
+    new = str(int(digest.hexdigest(), 16)).encode()[: len(old)].rjust(len(old), b"0")
+    old_crc, new_crc = struct.pack("<I", target.CRC), struct.pack("<I", zlib.crc32(new))
+    off = target.header_offset
+    name_len, extra_len = struct.unpack_from("<HH", buf, off + 26)
+    start = off + 30 + name_len + extra_len
+    places = [off + 14]  # local file header
+    desc = start + len(old)
+    places.append(desc + 4 if buf[desc:desc + 4] == b"PK\x07\x08" else desc)  # data descriptor
+    pos = zf.start_dir  # central directory (zip64 archives included): walk its entries
+    while pos >= 0 and buf[pos:pos + 4] == b"PK\x01\x02":
+        n, x, c = struct.unpack_from("<HHH", buf, pos + 28)
+        if bytes(buf[pos + 46:pos + 46 + n]) == target.filename.encode():
+            places.append(pos + 16)
+            break
+        pos += 46 + n + x + c
+    buf[start:start + len(old)] = new
+    for p in places:
+        if buf[p:p + 4] == old_crc:
+            buf[p:p + 4] = new_crc
+
+
 def save_torch(obj: Any, path: str | Path) -> None:
-    """``torch.save`` atomically (tensors, dicts, lists and plain Python values only)."""
+    """``torch.save`` atomically (tensors, dicts, lists and plain Python values only), byte for
+    byte the same for the same object.
+
+    The archive is built in memory from a file object, not a path: given a path, torch names
+    the zip's root folder after the (random) temporary file name; given a file object the root
+    is always ``archive``. Its random serialization id is made a digest of the content
+    (:func:`_stable_serialization_id`).
+    """
     import torch
 
+    mem = io.BytesIO()
+    torch.save(obj, mem)
+    buf = bytearray(mem.getbuffer())
+    _stable_serialization_id(buf)
     with atomic_path(path) as tmp:
-        try:
-            torch.save(obj, tmp)
-        except RuntimeError as exc:  # torch's zip writer reports ENOSPC/EFBIG as a RuntimeError
-            raise OSError(f"torch.save failed: {str(exc).splitlines()[0]}") from exc
+        tmp.write_bytes(buf)  # ENOSPC/EFBIG surface here as OSError, named by atomic_path's caller
 
 
 def load_torch(path: str | Path, map_location: Any = "cpu", check: Callable[[Any], None] | None = None) -> Any:

@@ -7,11 +7,12 @@ Schedules (``optim.schedule.name``):
 
 ``constant``
     lr_s = lr_0 * min(1, nimg / warmup_nimg); beta1 fixed.
-``momentum_decay`` (arXiv 2404.07946, reconstruction, METHODS.md section 4)
+``momentum_decay`` (arXiv 2404.07946, reconstruction, docs/methods.md §4.2)
     beta1_s decays linearly in images seen from beta1_0 to ``beta1_min`` over ``decay_kimg``
-    (starting at ``start_kimg``); with ``compensate`` the learning rate is rescaled so the
-    effective step of Adam's first moment stays comparable:
-    lr_s = lr_0 * (1 - beta1_0) / (1 - beta1_s).  The warm-up factor applies on top.
+    (starting at ``start_kimg``); the learning rate is left alone by default. ``compensate``
+    applies the SGD-momentum rescaling lr_s = lr_0 * (1 - beta1_0) / (1 - beta1_s) as an
+    option (a learning-rate change confounded with the beta1 change: Adam's first moment is
+    already bias-normalised). The warm-up factor applies on top.
 
 EMA: ``beta = 0.5 ** (batch_size / halflife_nimg)``; with ``rampup_ratio`` the half-life is
 ``min(halflife_nimg, nimg * rampup_ratio)`` (EDM). Updated with ``torch._foreach_lerp_``.
@@ -71,7 +72,11 @@ class MomentumDecayParams:
     beta1_min: float = 0.5
     decay_kimg: float = 100.0
     start_kimg: float = 0.0
-    compensate: bool = True
+    # Adam's first moment is normalised by (1 - beta1^t) already, so the SGD-momentum rescaling
+    # lr*(1-beta1_0)/(1-beta1) is not needed to keep the step size and would confound "decay
+    # beta1" with a learning-rate decay (5x from beta1 0.9 -> 0.5). Off by default; the
+    # consistency group runs both (docs/methods.md §4.2).
+    compensate: bool = False
 
     def __post_init__(self) -> None:
         check_range("beta1_min", self.beta1_min, 0.0, 1.0, hi_open=True)
