@@ -133,7 +133,7 @@ class LockstepRun(threading.Thread):
                 sampler.sample = sample
                 return sampler
 
-            training.build_sampler = timed_build
+            training.step.build_sampler = timed_build
             training.train(self.cfg, self.out, resume=False, progress=False)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             self.error = exc
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     names = ["uniform"] + [n for n in names if n != "uniform"]
     n_steps = args.warmup + args.rounds * args.steps + 1  # the last step (logging, saving) is not measured
 
-    build = training.build_sampler
+    build = training.step.build_sampler
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.model == "digits":
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             for r in runs:
                 r.join()
         finally:
-            training.build_sampler = build
+            training.step.build_sampler = build
     for n, r in zip(names, runs):
         if r.error is not None:
             raise RuntimeError(f"{n}: {r.error!r}") from r.error

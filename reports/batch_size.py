@@ -17,6 +17,8 @@
 # (so every timestep is seen equally often in expectation) ends worse than a large batch, mostly
 # at timesteps near 0. Retraining the small-batch model with a sampler that favours t near 0
 # (`toward_zero`, Fig. 1d) lowers those losses but makes the losses near T worse (Fig. 1e-f).
+#
+# How we measure it, and where we deviate from the papers: `docs/methods.md#batch-size`.
 
 # %% tags=["parameters"]
 metrics_csv = "results/digits/metrics.csv"
@@ -26,35 +28,32 @@ results_dir = "results/digits"
 group = "batch_size"
 
 # %%
-import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from IPython.display import HTML, Markdown, display
+from IPython.display import Markdown, display
 
-plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3})
-runs = pd.read_csv(runs_csv)
-runs = runs[runs["groups"].fillna("").str.split(";").apply(lambda g: group in g)].set_index("run")
-metrics = pd.read_csv(metrics_csv)
-fid = metrics[(metrics["metric"] == "fid") & (metrics["stage"] == "final") & (metrics["tool"] == "torch-fidelity")]
-fid = fid.set_index("run")["value"]
-label = metrics["label"].dropna().iloc[0] if metrics["label"].notna().any() else "FID"
-profs = {Path(p).stem: json.load(open(p)) for p in profiles.split(",") if p}
+from timestep_lab.io import read_json
+from timestep_lab.reporting.notebook import load_study, setup
+
+setup()
+study = load_study(group, metrics_csv, runs_csv)
+runs, label = study.runs.set_index("run"), study.label
+fid = study.fid("final", "torch-fidelity").set_index("run")["value"]
+profs = {Path(p).stem: read_json(p) for p in profiles.split(",") if p}
 
 
 def name(run: str) -> str:
     r = runs.loc[run] if run in runs.index else None
     if run.startswith("toward_zero"):
-        return f"small batch, retrained toward t=0"
+        return "small batch, retrained toward t=0"
     return f"batch {int(r['batch_size'])}" if r is not None else run
 
 
 order = sorted(profs, key=lambda r: (r.startswith("toward_zero"), -runs.loc[r, "batch_size"] if r in runs.index else 0))
-failed = runs[runs["status"] != "ok"]
-if len(failed):
-    display(HTML("<p class='failed'>Failed runs: " + ", ".join(failed.index) + "</p>"))
+study.show_failed()
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))

@@ -20,6 +20,8 @@
 # samples (same seed) with *unpaired* ones (different seeds). The paper's momentum-decay
 # strategy (reconstruction: Adam's beta1 decays linearly, with learning-rate compensation) is
 # compared against the constant-momentum run of the same seed.
+#
+# How we measure it, and where we deviate from the papers: `docs/methods.md#consistency`.
 
 # %% tags=["parameters"]
 consistency = "results/digits/analyses/consistency.json"
@@ -29,16 +31,17 @@ results_dir = "results/digits"
 group = "consistency"
 
 # %%
-import json
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3})
-res = json.load(open(consistency))
+from timestep_lab.io import read_json
+from timestep_lab.reporting.notebook import load_study, setup
+
+setup()
+study = load_study(group, metrics_csv, runs_csv)
+res = read_json(consistency)
 rows = []
 for p in res["pairs"]:
     row = {"a": p["a"], "b": p["b"], "pixel: paired": p["pixel"]["paired"], "pixel: unpaired": p["pixel"]["unpaired"],
@@ -79,12 +82,8 @@ plt.show()
 # ## Momentum decay: FID against images seen
 
 # %%
-metrics = pd.read_csv(metrics_csv)
-metrics = metrics[metrics["groups"].fillna("").str.split(";").apply(lambda g: group in g)]
-runs = pd.read_csv(runs_csv)
-prog = metrics[(metrics["stage"] == "progress") & (metrics["metric"] == "fid") & (metrics["tool"] == "torch-fidelity")]
-final = metrics[(metrics["stage"] == "final") & (metrics["metric"] == "fid") & (metrics["tool"] == "torch-fidelity")]
-runs = runs[runs["groups"].fillna("").str.split(";").apply(lambda g: group in g)]
+runs = study.runs
+prog, final = study.fid("progress", "torch-fidelity"), study.fid("final", "torch-fidelity")
 md_runs = runs.loc[runs["optim_schedule"] == "momentum_decay", "run"].tolist()
 lines_md = []
 if md_runs:

@@ -18,6 +18,8 @@
 # consecutive *slots* of equal summed loss. The adaptive-sampler paper (arXiv 2411.09998) adds
 # that the gradient variance is also very unequal across t. The profile is measured on a fixed
 # bank of images and noise (the same for every model).
+#
+# How we measure it, and where we deviate from the papers: `docs/methods.md#loss-profile`.
 
 # %% tags=["parameters"]
 profile = "results/digits/analyses/profiles/reference.json"
@@ -25,16 +27,16 @@ slots = "results/digits/analyses/slots.json"
 results_dir = "results/digits"
 
 # %%
-import json
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3})
-prof = json.load(open(profile))
-sl = json.load(open(slots))
+from timestep_lab.io import read_json
+from timestep_lab.reporting.notebook import setup
+
+setup()
+prof, sl = read_json(profile), read_json(slots)
 t = np.array(prof["timesteps"])
 T = prof["T"]
 display(Markdown(f"Model `{prof.get('model', {}).get('path', '?')}` ({prof.get('prediction', 'eps')}-prediction), "

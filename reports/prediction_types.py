@@ -17,6 +17,8 @@
 # eps-prediction ("a") near t = 0, v in between; a *mixed* model with three heads trained on the
 # per-sample minimum x0 error is proposed, and reported hard to optimise. Every model here uses
 # the same loss weighting (none), so only the prediction type differs.
+#
+# How we measure it, and where we deviate from the papers: `docs/methods.md#prediction-types`.
 
 # %% tags=["parameters"]
 profile = "results/digits/analyses/prediction_types.json"
@@ -26,25 +28,20 @@ results_dir = "results/digits"
 group = "prediction_types"
 
 # %%
-import json
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from IPython.display import HTML, Markdown, display
+from IPython.display import Markdown, display
 
-plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3})
-prof = json.load(open(profile))
+from timestep_lab.io import read_json
+from timestep_lab.reporting.notebook import load_study, read_log, setup
+
+setup()
+study = load_study(group, metrics_csv, runs_csv)
+runs, label = study.runs, study.label
+prof = read_json(profile)
 t = np.array(prof["timesteps"])
-runs = pd.read_csv(runs_csv)
-runs = runs[runs["groups"].fillna("").str.split(";").apply(lambda g: group in g)]
-metrics = pd.read_csv(metrics_csv)
-metrics = metrics[metrics["groups"].fillna("").str.split(";").apply(lambda g: group in g)]
-label = metrics["label"].dropna().iloc[0] if metrics["label"].notna().any() else "FID"
-failed = runs[runs["status"] != "ok"]
-if len(failed):
-    display(HTML("<p class='failed'>Failed runs: " + ", ".join(failed["run"]) + "</p>"))
+study.show_failed()
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -67,7 +64,7 @@ plt.show()
 display(pd.DataFrame(prof["wins"]).rename(columns={"lo": "from t", "hi": "to t"}))
 
 # %%
-fid = metrics[(metrics["metric"] == "fid") & (metrics["stage"] == "final")]
+fid = study.fid("final")
 table = fid.pivot_table(index="prediction", columns="tool", values="value", aggfunc="mean")
 loss = runs.set_index("prediction")["final_loss"].rename("final training loss (own space)")
 display(table.join(loss).style.format("{:.4g}"))
@@ -79,8 +76,7 @@ display(table.join(loss).style.format("{:.4g}"))
 mixed = runs[runs["prediction"] == "mixed"]
 stable_lines = []
 if len(mixed):
-    log_path = Path(str(mixed.iloc[0]["train_log"]))
-    recs = [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.is_file() else []
+    recs = read_log(mixed.iloc[0]["train_log"])
     eps_run = runs[runs["prediction"] == "eps"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     if recs:

@@ -17,6 +17,9 @@
 # CLTS (arXiv 2404.07946), improved-diffusion's loss-second-moment importance sampling and the
 # seed paper's slot-balanced sampler, trained under one protocol. This notebook only reads
 # `results/`; it trains nothing.
+#
+# How we measure it, and where we deviate from the papers: `docs/methods.md#samplers`,
+# `docs/methods.md#weightings` and `docs/methods.md#speedup`.
 
 # %% tags=["parameters"]
 metrics_csv = "results/digits/metrics.csv"
@@ -26,30 +29,18 @@ group = "sampler_comparison"
 baseline = "uniform+none"
 
 # %%
-import json
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from IPython.display import HTML, Markdown, display
+from IPython.display import Markdown, display
 
+from timestep_lab.reporting.notebook import load_study, read_log, setup
 from timestep_lab.studies import kimg_to_reach, speedups
 
-plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3})
-metrics = pd.read_csv(metrics_csv)
-runs = pd.read_csv(runs_csv)
-in_group = lambda df: df[df["groups"].fillna("").str.split(";").apply(lambda g: group in g)]  # noqa: E731
-metrics, runs = in_group(metrics), in_group(runs)
-for df in (metrics, runs):
-    df["variant"] = df["sampler"] + "+" + df["weighting"]
-failed = runs[runs["status"] != "ok"]
-
-fid = metrics[metrics["metric"] == "fid"]
-tool = "torch-fidelity" if (fid["tool"] == "torch-fidelity").any() else (fid["tool"].iloc[0] if len(fid) else "")
-label = fid["label"].dropna().iloc[0] if fid["label"].notna().any() else "FID"
-final = fid[(fid["stage"] == "final")]
-progress = fid[(fid["stage"] == "progress") & (fid["tool"] == tool)]
+setup()
+study = load_study(group, metrics_csv, runs_csv)
+runs, tool, label = study.runs, study.tool, study.label
+final, progress = study.fid("final"), study.fid("progress", tool)
 proto = final.iloc[0] if len(final) else None
 if proto is not None:
     display(Markdown(
@@ -58,8 +49,7 @@ if proto is not None:
         f"steps, {'EMA' if proto['ema'] else 'raw'} weights, seeds `base + i`. Progress points use the same sampler on "
         f"fewer samples ({int(progress['num_generated'].iloc[0]) if len(progress) else 'n/a'}). Variants are "
         f"`timestep sampler + loss weighting`; spread is over training seeds."))
-if len(failed):
-    display(HTML("<p class='failed'>Failed runs (excluded from means): " + ", ".join(failed["run"]) + "</p>"))
+study.show_failed(" (excluded from means)")
 
 # %% [markdown]
 # ## FID against images seen
@@ -124,10 +114,7 @@ display(overhead.sort_values("step time vs uniform").style.format("{:.3f}"))
 # %%
 stateful = []
 for _, r in runs[runs["seed"] == runs["seed"].min()].iterrows():
-    path = Path(str(r["train_log"]))
-    if not path.is_file():
-        continue
-    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    recs = read_log(r["train_log"])
     bins = [rec["sampler"]["p_bins"] for rec in recs if "sampler" in rec]
     if bins:
         stateful.append((r["variant"], np.array([rec["kimg"] for rec in recs if "sampler" in rec]), np.array(bins)))

@@ -16,27 +16,27 @@
 # The adaptive-sampler paper (arXiv 2411.09998) reports its gains on linear, cosine and
 # quadratic schedules. Here each timestep sampler is trained under each schedule with the same
 # budget and scored with the same protocol; the question is whether the *ranking* changes.
+#
+# How we measure it, and where we deviate from the papers: `docs/methods.md#schedules`.
 
 # %% tags=["parameters"]
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
+results_dir = "results/digits"
 group = "schedules"
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 from IPython.display import Markdown, display
 from scipy.stats import kendalltau
 
-plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3})
-metrics = pd.read_csv(metrics_csv)
-metrics = metrics[metrics["groups"].fillna("").str.split(";").apply(lambda g: group in g)]
-fid = metrics[(metrics["metric"] == "fid") & (metrics["stage"] == "final")]
-tool = "torch-fidelity" if (fid["tool"] == "torch-fidelity").any() else (fid["tool"].iloc[0] if len(fid) else "")
-label = fid["label"].dropna().iloc[0] if fid["label"].notna().any() else "FID"
-fid = fid[fid["tool"] == tool]
-fid = fid.assign(variant=fid["sampler"] + "+" + fid["weighting"])
+from timestep_lab.reporting.notebook import load_study, setup
+
+setup()
+study = load_study(group, metrics_csv, runs_csv)
+tool, label = study.tool, study.label
+fid = study.fid("final", tool)
 table = fid.pivot_table(index="variant", columns="schedule", values="value", aggfunc="mean")
 display(Markdown(f"**Metric:** {label} ({tool}), mean over seeds; lower is better."))
 display(table.style.format("{:.3f}").highlight_min(axis=0, color="#cde8cd"))

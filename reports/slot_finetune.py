@@ -17,6 +17,8 @@
 # timesteps of one slot (the paper's slots 3, 5, 7 and 9), then measure the loss profile again.
 # Each cell is the relative change of the evaluated slot's summed eps-MSE,
 # `(after - before) / before`; red means the slot got worse.
+#
+# How we measure it, and where we deviate from the papers: `docs/methods.md#slot-finetune`.
 
 # %% tags=["parameters"]
 interference = "results/digits/analyses/interference.json"
@@ -24,14 +26,16 @@ slots = "results/digits/analyses/slots.json"
 results_dir = "results/digits"
 
 # %%
-import json
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-res = json.load(open(interference))
+from timestep_lab.io import read_json
+from timestep_lab.reporting.notebook import setup
+
+setup(grid=False)  # a heatmap: grid lines would cut through the cells
+res = read_json(interference)
 m = np.array(res["matrix"], dtype=float)
 trained, evaluated = res["trained"], res["evaluated"]
 lim = np.nanmax(np.abs(m)) or 1.0
@@ -51,7 +55,7 @@ plt.show()
 # %%
 table = pd.DataFrame(100 * m, index=[f"trained {k}" for k in trained], columns=[f"slot {e}" for e in evaluated])
 display(table.style.format("{:+.1f}%").background_gradient(cmap="RdBu_r", vmin=-100 * lim, vmax=100 * lim, axis=None))
-sl = json.load(open(slots))
+sl = read_json(slots)
 display(Markdown("Slots: " + ", ".join(f"{i + 1}: [{a}, {b}]" for i, (a, b) in enumerate(sl["slots"]))))
 
 # %% [markdown]

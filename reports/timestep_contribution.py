@@ -19,6 +19,8 @@
 # lot. The paper finds [1, 500] better than [500, 1000], [10, 100] better than [100, 500], and
 # [1, 10] best: the timesteps near 0 contribute most. Its ranges are 1-based on T = 1000 and are
 # scaled to our T.
+#
+# How we measure it, and where we deviate from the papers: `docs/methods.md#timestep-contribution`.
 
 # %% tags=["parameters"]
 metrics = ""
@@ -26,7 +28,6 @@ posterior = "results/digits/analyses/posterior.json"
 results_dir = "results/digits"
 
 # %%
-import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -34,14 +35,17 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3})
-post = json.load(open(posterior))
+from timestep_lab.io import read_json
+from timestep_lab.reporting.notebook import setup
+
+setup()
+post = read_json(posterior)
 labels = {r["label"]: r["range"] for r in post.get("ranges", [])}
 rows = []
 for path in metrics.split(","):
     if not path:
         continue
-    m = json.load(open(path))
+    m = read_json(path)
     key = Path(path).parent.name  # "none" or "t<lo>-<hi>"
     paper = "no replacement" if key == "none" else "[" + key[1:].replace("-", ", ") + "]"
     ours = labels.get(paper.replace(", ", ","), None)

@@ -1,4 +1,4 @@
-"""The learned Beta sampler (``adaptive``, arXiv 2411.09998, METHODS.md 1.4)."""
+"""The learned Beta sampler (``adaptive``, arXiv 2411.09998, docs/methods.md §1.4)."""
 
 from __future__ import annotations
 

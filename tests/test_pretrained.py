@@ -8,15 +8,15 @@ import json
 import pytest
 import torch
 
-from timestep_lab.config import config_to_dict
-from timestep_lab.io import ArtifactError, UnsafeCheckpointError
-from timestep_lab.models.pretrained import (
+from timestep_lab.checkpoints import (
     GUIDED_DIFFUSION_256_UNCOND,
     build_guided_diffusion_unet,
     diffusers_schedule,
     infer_guided_diffusion_flags,
     load_pretrained,
 )
+from timestep_lab.config import config_to_dict
+from timestep_lab.io import ArtifactError, UnsafeCheckpointError
 from timestep_lab.models.unet import UNet
 from timestep_lab.schedules import get_schedule
 
@@ -253,7 +253,7 @@ def test_load_guided_diffusion_refuses_code_pickles(tmp_path):
 
 
 def test_load_our_own_model_file(tmp_path):
-    from timestep_lab.artifacts import MODEL_FORMAT
+    from timestep_lab.checkpoints import MODEL_FORMAT
     from timestep_lab.components import build_model
     from timestep_lab.config import config_from_dict, config_to_dict
 
@@ -375,7 +375,7 @@ def test_write_run_config_for_a_diffusers_init_takes_model_and_process_from_the_
     import shutil
 
     from conftest import tiny_config
-    from timestep_lab.artifacts import load_for_inference
+    from timestep_lab.checkpoints import load_for_inference
     from timestep_lab.components import build_diffusion
     from timestep_lab.config import load_config
     from timestep_lab.workflow import write_run_config
@@ -410,7 +410,7 @@ def test_finetune_init_from_diffusers_folder_trains_and_reloads(diffusers_digits
     import numpy as np
 
     from conftest import tiny_config
-    from timestep_lab.artifacts import load_for_inference, load_model
+    from timestep_lab.checkpoints import load_for_inference, load_model
     from timestep_lab.config import load_config
     from timestep_lab.sampling import load_samples
     from timestep_lab.train import train

@@ -1,4 +1,4 @@
-"""Timestep samplers (METHODS.md section 1): marginals, importance weights, state, config errors, smoke runs.
+"""Timestep samplers (docs/methods.md §1): marginals, importance weights, state, config errors, smoke runs.
 
 Goodness of fit: draws are binned into consecutive t-ranges of about equal probability under the
 sampler's ``probs()`` and compared with ``scipy.stats.chisquare``. Samplers whose draws inside a

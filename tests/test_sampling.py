@@ -5,9 +5,8 @@ import torch
 from timestep_lab.diffusion import GaussianDiffusion
 from timestep_lab.models.unet import UNet
 from timestep_lab.predictions import make_prediction
-from timestep_lab.sampling import (
-    Denoiser, StackedGenerator, load_samples, respaced_timesteps, reverse_loop, sample_images, save_grid, save_samples,
-)
+from timestep_lab.samples_file import load_samples, save_samples
+from timestep_lab.sampling import Denoiser, StackedGenerator, respaced_timesteps, reverse_loop, sample_images, save_grid
 from timestep_lab.schedules import get_schedule
 from timestep_lab.io import ArtifactError
 

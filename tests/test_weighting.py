@@ -1,4 +1,4 @@
-"""Loss weightings (METHODS.md section 2) against their formulas."""
+"""Loss weightings (docs/methods.md §2) against their formulas."""
 
 from __future__ import annotations
 

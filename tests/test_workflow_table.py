@@ -55,8 +55,8 @@ def test_errors_name_the_place():
 
 def test_derived_runs_for_the_analyses():
     s = study(batch_size={"grid": {"batch_size": [16, 64]}})
-    s["analyses"] = {"slots": {"n_slots": 10, "finetune": [3, 9], "finetune_kimg": 2},
-                     "batch_size": {"small": 16, "toward_zero_kimg": 1, "toward_zero_scale": 20}}
+    s["analyses"] = {"slots": {"n_slots": 10, "finetune": [3, 9], "overrides": {"train.total_kimg": 2}},
+                     "batch_size": {"small": 16, "toward_zero_scale": 20, "overrides": {"train.total_kimg": 1}}}
     s["reference"] = {"overrides": {"train.batch_size": 256}}
     runs = study_runs(s)
     assert runs["reference"].config["train"]["batch_size"] == 256
@@ -99,7 +99,7 @@ def test_collect_keeps_the_protocol_and_tells_failed_from_unscored(tmp_path):
 
     import pandas as pd
 
-    from timestep_lab.workflow import collect
+    from timestep_lab.workflow.collect import collect
 
     axes = {"sampler": "uniform", "weighting": "none", "prediction": "eps", "batch_size": 64, "schedule": "linear",
             "seed": 0}
@@ -139,3 +139,50 @@ def test_runs_from_a_diffusers_reference_train_the_diffusers_unet():
     # a guided-diffusion reference loads into our UNet: nothing changes
     s["reference"] = {"pretrained": "data/pretrained/256x256_diffusion_uncond.pt", "format": "guided_diffusion"}
     assert study_runs(s)["finetune_slot3"].config["model"]["channels"] == 128
+
+
+def test_run_length_has_one_spelling():
+    s = study(c={"list": [{"seed": 0, "overrides": {"train.total_kimg": 3}}]}, batch_size={"grid": {"batch_size": [16]}})
+    s["analyses"] = {"slots": {"finetune": [3], "overrides": {"train.total_kimg": 2}},
+                     "batch_size": {"small": 16, "overrides": {"train.total_kimg": 1}}}
+    runs = study_runs(s)
+    assert runs["uniform_none_eps_b64_linear_s0_kimg3"].config["train"]["total_kimg"] == 3
+    assert runs["finetune_slot3"].config["train"]["total_kimg"] == 2
+    assert runs["toward_zero_from-uniform_none_eps_b16_linear_s0"].config["train"]["total_kimg"] == 1
+    retired = {
+        "analyses.slots.finetune_kimg": lambda s: s["analyses"]["slots"].update(finetune_kimg=2),
+        "analyses.batch_size.toward_zero_kimg": lambda s: s["analyses"]["batch_size"].update(toward_zero_kimg=1),
+        r"groups.c.list\[0\].total_kimg": lambda s: s["groups"]["c"]["list"][0].update(total_kimg=3),
+        "reference.overrides.train: use dotted": lambda s: s.update(reference={"overrides": {"train": {"total_kimg": 2}}}),
+    }
+    for key, change in retired.items():
+        bad = study(c={"list": [{"seed": 0}]}, batch_size={"grid": {"batch_size": [16]}})
+        bad["analyses"] = {"slots": {"finetune": [3]}, "batch_size": {"small": 16}}
+        change(bad)
+        with pytest.raises(ConfigError, match=key + ".*train.total_kimg"):
+            study_runs(bad)
+
+
+def test_dag_build_imports_no_torch_pandas_or_scipy():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c", "import timestep_lab.config, timestep_lab.workflow"],
+                       capture_output=True, text=True, check=True)
+    heavy = {ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines()} & {"torch", "pandas", "scipy"}
+    assert not heavy
+
+
+def test_snakemake_lint_is_clean():
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    exe = shutil.which("snakemake", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    if exe is None:
+        pytest.skip("snakemake is not installed")
+    r = subprocess.run([exe, "--lint"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "Congratulations" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -15,7 +15,7 @@ from torch import nn
 from timestep_lab.config import ConfigError, RunConfig
 from timestep_lab.diffusion import GaussianDiffusion
 from timestep_lab.models import MODELS
-from timestep_lab.optim import OPTIM_SCHEDULES
+from timestep_lab.optim import OPTIM_SCHEDULES, make_schedule
 from timestep_lab.predictions import PREDICTIONS, Prediction
 from timestep_lab.schedules import SCHEDULES, get_schedule
 from timestep_lab.timesteps import SAMPLERS, TimestepSampler, make_sampler
@@ -43,7 +43,7 @@ def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
         raise ConfigError(f"{source}: diffusion: {exc}") from None
     for key, build in (("weighting.params", lambda: build_weighting(cfg, alpha_bar)),
                        ("timesteps.params", lambda: build_sampler(cfg, alpha_bar, "cpu")),
-                       ("optim.schedule.params", lambda: _build_schedule(cfg))):
+                       ("optim.schedule.params", lambda: make_schedule(cfg.optim))):
         try:
             build()
         except ConfigError:
@@ -51,12 +51,6 @@ def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
         except ValueError as exc:
             raise ConfigError(f"{source}: {key}: {exc}") from None
     return cfg
-
-
-def _build_schedule(cfg: RunConfig):
-    from timestep_lab.optim import make_schedule
-
-    return make_schedule(cfg.optim)
 
 
 def build_diffusion(cfg: RunConfig) -> GaussianDiffusion:

@@ -1,7 +1,8 @@
-"""The process group seen by the training loop (one code path for 1 or N processes).
+"""The process group seen by the training loop (one code path for 1 or N processes), and the
+device a process runs on (:func:`resolve_device`, used by training, sampling and evaluation).
 
 ``World`` is created by the CLI (which reads torchrun's environment) and passed in; library
-code never reads environment variables itself.
+code never reads environment variables itself. Must not know what runs on the devices.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["World"]
+__all__ = ["World", "resolve_device"]
 
 
 @dataclass(frozen=True)
@@ -59,3 +60,20 @@ class World:
             raise ValueError(f"global batch {global_batch} is not divisible by world size {self.size}")
         n = global_batch // self.size
         return slice(self.rank * n, (self.rank + 1) * n)
+
+
+def resolve_device(name: str, world: World = World()) -> torch.device:
+    """The torch device for ``name`` (``auto``: CUDA when available, else CPU); a CUDA device
+    without an index is this process's GPU (``world.local_rank``).
+
+    :raises RuntimeError: ``name`` asks for CUDA on a machine without it.
+    """
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"train.device={name} but CUDA is not available on this machine")
+        if device.index is None:
+            device = torch.device("cuda", world.local_rank)
+    return device

@@ -29,6 +29,9 @@ Weights file (``torch.load(..., weights_only=True)``-loadable dict)::
 
 and a sidecar ``<weights>.json`` with the sha256 of the weights file itself (a file cannot
 hold its own hash). Every metrics file records the sha256 of the weights it used.
+
+The metric libraries' adapters for this network are in :mod:`timestep_lab.metrics.extractors`.
+Must not know: FID/KID, reference statistics or the metric libraries.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from timestep_lab.data import DataError, PreparedData
 from timestep_lab.io import ArtifactError, atomic_write_json, load_torch, save_torch, sha256_file
 
 __all__ = ["DIGITS_ARCH", "FEATURE_FORMAT", "DigitsCNN", "TrainedFeatures", "train_digits_cnn", "load_digits_cnn",
@@ -142,8 +146,6 @@ def train_digits_cnn(train_dir: str | Path, test_dir: str | Path, out: str | Pat
     layers are too small to gain from more, and on a busy machine spinning OpenMP workers made
     a step 40x slower.
     """
-    from timestep_lab.data import DataError, PreparedData
-
     train, test = PreparedData(train_dir, verify=True), PreparedData(test_dir, verify=True)
     for d in (train, test):
         if d.labels is None or d.images.shape[1:] != (8, 8, 1):

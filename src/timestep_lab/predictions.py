@@ -6,7 +6,7 @@ Each prediction type turns the raw network output ``out [B, k*C, H, W]`` into
   loss weighting), and
 * estimates ``(x0_hat, eps_hat)`` for sampling and analysis.
 
-``mixed`` (Xie & Agam, arXiv 2502.01990, Sec. 2.2; METHODS.md 3.5): the network has three
+``mixed`` (Xie & Agam, arXiv 2502.01990, Sec. 2.2; docs/methods.md §3.5): the network has three
 heads ``(eps, x0, v)``; each is converted to an x0 estimate
 
     x0_eps = (x_t - sqrt(1-ab) eps_hat) / sqrt(ab),   x0_x0 = x0_hat,   x0_v = sqrt(ab) x_t - sqrt(1-ab) v_hat

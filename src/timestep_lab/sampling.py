@@ -14,9 +14,12 @@ DDIM step (Song et al. 2021, eq. 12)::
     sigma   = eta * sqrt((1 - ab_prev) / (1 - ab)) * sqrt(1 - ab / ab_prev)
     x_prev  = sqrt(ab_prev) x0_hat + sqrt(1 - ab_prev - sigma^2) eps_hat + sigma z
 
-Ground-truth replacement (Xie & Agam, Fig. 3; METHODS.md 3.4): inside an inclusive range of
-original timesteps ``[lo, hi]`` the model's x0 prediction is replaced by the true x0 of a
+Ground-truth replacement (Xie & Agam, Fig. 3; docs/methods.md 3.4): inside an inclusive range
+of original timesteps ``[lo, hi]`` the model's x0 prediction is replaced by the true x0 of a
 held-out image (the same noise path otherwise).
+
+The ``samples.npz`` layout is :mod:`timestep_lab.samples_file` (``save_samples``/``load_samples``
+are re-exported here). Must not know: metrics, training or the command line.
 """
 
 from __future__ import annotations
@@ -27,11 +30,16 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import Tensor, nn
 
+from timestep_lab.checkpoints import load_for_inference
 from timestep_lab.config import SampleConfig
+from timestep_lab.data import to_float, to_uint8
 from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.io import atomic_path
 from timestep_lab.predictions import MixedPrediction, Prediction
+from timestep_lab.samples_file import load_samples, save_samples
 
 __all__ = ["StackedGenerator", "respaced_timesteps", "Denoiser", "reverse_loop", "sample_images",
            "GroundTruth", "save_grid", "save_samples", "load_samples", "generate"]
@@ -154,12 +162,10 @@ def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], di
     :param gt_images: float ``[N, C, H, W]`` true x0 (one per seed) for ground-truth replacement
         inside ``gt_range``.
     """
-    from timestep_lab.data import to_uint8
-
     n_steps = len(respaced_timesteps(diffusion.T, steps))
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # only when a progress bar is asked for: keeps `import sampling` fast
 
         bar = tqdm(total=len(seeds) * n_steps, desc=desc, unit="step", unit_scale=True, dynamic_ncols=True)
     out = []
@@ -181,10 +187,6 @@ def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], di
 
 def save_grid(images: np.ndarray, path: str | Path, nrow: int | None = None, scale: int | None = None) -> None:
     """Save uint8 ``[N, H, W, C]`` images as one PNG grid (nearest upscaling for tiny images)."""
-    from PIL import Image
-
-    from timestep_lab.io import atomic_path
-
     n, h, w, c = images.shape
     if n == 0:
         raise ValueError("no images to put in a grid")
@@ -203,37 +205,6 @@ def save_grid(images: np.ndarray, path: str | Path, nrow: int | None = None, sca
         img.save(tmp, format="PNG")
 
 
-def save_samples(path: str | Path, images: np.ndarray, seeds: list[int], meta: dict[str, Any]) -> None:
-    """Write ``samples.npz``: ``images`` uint8 NHWC, ``seeds`` int64, ``meta`` (JSON string)."""
-    import json
-
-    from timestep_lab.io import atomic_path
-
-    with atomic_path(path, suffix=".npz") as tmp:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, images=images, seeds=np.asarray(seeds, dtype=np.int64), meta=np.array(json.dumps(meta)))
-
-
-def load_samples(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """Read ``samples.npz`` written by :func:`save_samples`; a damaged file is reported by name."""
-    import json
-    import zipfile
-
-    from timestep_lab.io import ArtifactError
-
-    path = Path(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            images, seeds, meta = z["images"], z["seeds"], json.loads(str(z["meta"]))
-    except FileNotFoundError:
-        raise ArtifactError(f"{path}: samples file not found") from None
-    except (zipfile.BadZipFile, ValueError, KeyError, OSError, EOFError) as exc:
-        raise ArtifactError(f"{path}: corrupted samples file ({exc})") from None
-    if images.dtype != np.uint8 or images.ndim != 4 or len(seeds) != len(images):
-        raise ArtifactError(f"{path}: malformed samples (images {images.dtype}{list(images.shape)}, {len(seeds)} seeds)")
-    return images, seeds, meta
-
-
 def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, device: torch.device | str = "cpu",
              grid_png: str | Path | None = None, progress: bool = True, fmt: str = "timestep_lab",
              gt_images: np.ndarray | None = None, gt_range: tuple[int, int] | None = None,
@@ -245,9 +216,6 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
         0-based inclusive ``gt_range`` of original timesteps; sample ``i`` uses image ``i``.
     Returns the metadata stored in the file (sampler, steps, eta, EMA, seeds, model hash...).
     """
-    from timestep_lab.artifacts import load_for_inference
-    from timestep_lab.data import to_float
-
     device = torch.device(device)
     loaded = load_for_inference(model_path, fmt, use_ema=cfg.use_ema, device=device, mixed_inference=mixed_inference)
     diffusion, prediction, meta = loaded.diffusion, loaded.prediction, loaded.info

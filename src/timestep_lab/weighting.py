@@ -1,4 +1,4 @@
-"""Per-timestep loss weightings, separate from timestep samplers (METHODS.md section 2).
+"""Per-timestep loss weightings, separate from timestep samplers (docs/methods.md §2).
 
 ``make_weighting(name, alpha_bar=..., prediction=..., **params).weights() -> Tensor[T]`` is the
 weight that multiplies the per-sample loss of a sample at timestep t, *in the loss space of the

@@ -1,4 +1,4 @@
-# The seed paper's analyses (METHODS.md 3) and the consistency study (4): files in, files out.
+# The seed paper's analyses (docs/methods.md §3) and the consistency study (4): files in, files out.
 # The computations live in timestep_lab.studies; these rules only wire files together.
 
 

@@ -1,11 +1,12 @@
 # Configuration, the run table and input functions (no rules here).
+# Imports here run at every DAG build: timestep_lab.config and timestep_lab.workflow are torch-
+# and pandas-free; jobs that need pandas import it themselves (collect, dvc_export).
 import os
 import sys
 
 from snakemake.utils import validate
 
 from timestep_lab import workflow as W
-from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError, config_from_dict
 
 
@@ -13,10 +14,20 @@ CONFIG_SOURCE = str((workflow.overwrite_configfiles or workflow.configfiles or [
 if os.path.isabs(CONFIG_SOURCE) and not os.path.relpath(CONFIG_SOURCE).startswith(".."):
     CONFIG_SOURCE = os.path.relpath(CONFIG_SOURCE)  # a moved or cloned project reruns nothing
 
+
+def config_error(exc):
+    """Exit with one line that starts with the config file."""
+    sys.exit(f"error: {exc}" if CONFIG_SOURCE in str(exc) else f"error: {CONFIG_SOURCE}: {exc}")
+
+
+try:  # retired keys first: the schema could only say "unexpected", not what to write instead
+    W.check_spelling(config, CONFIG_SOURCE)
+except ConfigError as exc:
+    config_error(exc)
 try:
     validate(config, "../schemas/config.schema.yaml", set_default=True)
 except Exception as exc:  # snakemake's WorkflowError around a jsonschema ValidationError
-    sys.exit(f"error: {CONFIG_SOURCE}: " + W.schema_error_summary(str(exc)))
+    sys.exit(f"error: {CONFIG_SOURCE}: {W.schema_error_summary(str(exc))}")
 STUDY = config["study"]
 RES = f"results/{STUDY}"
 REPORTS = f"reports/{STUDY}"
@@ -24,11 +35,17 @@ LOGS = f"logs/{STUDY}"
 
 try:
     RUNS = W.study_runs(config, source=CONFIG_SOURCE)
-    for _run in RUNS.values():  # registry names and parameters: fail before any job runs
-        check_config(config_from_dict(_run.config, f"{CONFIG_SOURCE} (run {_run.id})"), CONFIG_SOURCE + f" (run {_run.id})")
     CONTRIB_RANGES = W.contribution_ranges(config)  # ground-truth replacement ranges scaled to T
+    if workflow.is_main_process:  # jobs re-read this file; their runs were checked when the DAG was built
+        # registry names and parameters of every run, once, before any job runs; it builds the
+        # cheap sampler objects, so it needs torch, which job processes thus do not import here
+        from timestep_lab.components import check_config
+
+        for _run in RUNS.values():
+            _where = f"{CONFIG_SOURCE} (run {_run.id})"
+            check_config(config_from_dict(_run.config, _where), _where)
 except ConfigError as exc:
-    sys.exit(f"error: {exc}" if CONFIG_SOURCE in str(exc) else f"error: {CONFIG_SOURCE}: {exc}")
+    config_error(exc)
 
 wildcard_constraints:
     run="[A-Za-z0-9._-]+",

@@ -126,4 +126,6 @@ rule collect:
     log:
         f"{LOGS}/collect.log",
     run:
-        W.collect(params.runs, params.res, output.metrics, output.runs, output.summary)
+        from timestep_lab.workflow.collect import collect  # pandas: imported by this job only, not at DAG build
+
+        collect(params.runs, params.res, output.metrics, output.runs, output.summary)

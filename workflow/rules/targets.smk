@@ -39,5 +39,7 @@ rule dvc_export:
     log:
         f"{LOGS}/dvc_export.log",
     run:
-        W.dvc_export(input.summary, input.metrics, input.profile, output.metrics, output.fid_progress,
-                     output.loss_profile)
+        from timestep_lab.workflow.dvc_export import dvc_export  # pandas: imported by this job only
+
+        dvc_export(input.summary, input.metrics, input.profile, output.metrics, output.fid_progress,
+                   output.loss_profile)

@@ -1,20 +1,20 @@
-"""CLI commands of the analyses (timestep_lab.studies) and the reports: paths in, paths out.
+"""Analysis commands (the work is in ``timestep_lab.studies``): ``profile``, ``slots``,
+``interference``, ``predictions-profile``, ``consistency`` and ``posterior``. Paths in, paths out.
 
-Registered into :data:`timestep_lab.cli.COMMANDS` on import.
+Registered into :data:`timestep_lab.cli.common.COMMANDS` on import. Must not know the entry
+(``timestep_lab.cli``) or other commands.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import itertools
+import json
 from pathlib import Path
 
-from timestep_lab.cli import _runtime_args, _setup_torch, command
+from timestep_lab.cli.common import FORMATS, command, device, log, runtime_args, setup_torch
 from timestep_lab.config import ConfigError
-
-log = logging.getLogger("timestep_lab")
-
-FORMATS = ("timestep_lab", "diffusers", "guided_diffusion")
+from timestep_lab.io import atomic_write_json
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -28,12 +28,6 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _device(args: argparse.Namespace):
-    from timestep_lab.train import resolve_device
-
-    return resolve_device(args.device or "auto")
-
-
 def _bank_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="prepared images for the fixed bank")
     p.add_argument("--num-images", type=int, default=256, help="images in the fixed bank")
@@ -45,25 +39,6 @@ def _bank_args(p: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------- profile
 
 
-@command("profile", "per-timestep eps-MSE, VLB term and gradient-norm variance of a model on a fixed bank")
-def cmd_profile(args: argparse.Namespace) -> int:
-    """Loss profile (METHODS.md 3.1) of --model on a fixed image/noise bank -> JSON."""
-    _setup_torch(args)
-    from timestep_lab.artifacts import load_for_inference
-    from timestep_lab.data import PreparedData
-    from timestep_lab.studies import loss_profile, save_profile
-
-    device = _device(args)
-    m = load_for_inference(args.model, args.format, device=device)
-    prof = loss_profile(m.net, m.diffusion, m.prediction, PreparedData(args.data).images, num_images=args.num_images,
-                        stride=args.stride, seed=args.seed, batch_size=args.batch_size, device=device,
-                        grad_timesteps=args.grad_timesteps, grad_samples=args.grad_samples)
-    prof["model"] = {k: m.info.get(k) for k in ("path", "format", "sha256", "nimg")}
-    save_profile(args.out, prof)
-    log.info("profile of %s (%d timesteps) -> %s", args.model, len(prof["timesteps"]), args.out)
-    return 0
-
-
 def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--format", default="timestep_lab", choices=FORMATS)
@@ -71,19 +46,42 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     _bank_args(p)
     p.add_argument("--grad-timesteps", type=int, default=0, help="timesteps at which to measure gradient-norm variance")
     p.add_argument("--grad-samples", type=int, default=16, help="single-sample gradients per such timestep")
-    _runtime_args(p)
+    runtime_args(p)
 
 
-cmd_profile.configure = _profile_args
+@command("profile", "per-timestep eps-MSE, VLB term and gradient-norm variance of a model on a fixed bank",
+         _profile_args)
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Loss profile (docs/methods.md 3.1) of --model on a fixed image/noise bank -> JSON."""
+    setup_torch(args)
+    from timestep_lab.checkpoints import load_for_inference
+    from timestep_lab.data import PreparedData
+    from timestep_lab.studies import loss_profile, save_profile
+
+    dev = device(args)
+    m = load_for_inference(args.model, args.format, device=dev)
+    prof = loss_profile(m.net, m.diffusion, m.prediction, PreparedData(args.data).images, num_images=args.num_images,
+                        stride=args.stride, seed=args.seed, batch_size=args.batch_size, device=dev,
+                        grad_timesteps=args.grad_timesteps, grad_samples=args.grad_samples)
+    prof["model"] = {k: m.info.get(k) for k in ("path", "format", "sha256", "nimg")}
+    save_profile(args.out, prof)
+    log.info("profile of %s (%d timesteps) -> %s", args.model, len(prof["timesteps"]), args.out)
+    return 0
 
 
 # ------------------------------------------------------------------------------- slots
 
 
-@command("slots", "split a loss profile into n consecutive slots of equal summed loss")
+def _slots_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", type=Path, required=True, help="profile JSON (from `profile`)")
+    p.add_argument("--n-slots", type=int, default=10)
+    p.add_argument("--key", default="eps_mse", help="which per-t loss to split (eps_mse, vlb_bpd, ...)")
+    p.add_argument("--out", type=Path, required=True)
+
+
+@command("slots", "split a loss profile into n consecutive slots of equal summed loss", _slots_args)
 def cmd_slots(args: argparse.Namespace) -> int:
-    """Equal-cumulative-loss slots (METHODS.md 3.1) of a profile, beside the paper's Table 1."""
-    from timestep_lab.io import atomic_write_json
+    """Equal-cumulative-loss slots (docs/methods.md 3.1) of a profile, beside the paper's Table 1."""
     from timestep_lab.studies import PAPER_SLOTS, equal_loss_slots, load_profile, profile_per_t, scale_slots, slot_sums
 
     prof = load_profile(args.profile)
@@ -100,25 +98,20 @@ def cmd_slots(args: argparse.Namespace) -> int:
     return 0
 
 
-def _slots_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", type=Path, required=True, help="profile JSON (from `profile`)")
-    p.add_argument("--n-slots", type=int, default=10)
-    p.add_argument("--key", default="eps_mse", help="which per-t loss to split (eps_mse, vlb_bpd, ...)")
-    p.add_argument("--out", type=Path, required=True)
-
-
-cmd_slots.configure = _slots_args
-
-
 # ------------------------------------------------------------------------------- interference
 
 
-@command("interference", "relative loss change of every slot after fine-tuning on one slot")
-def cmd_interference(args: argparse.Namespace) -> int:
-    """Interference matrix (METHODS.md 3.2): trained slot x evaluated slot, relative change."""
-    import json
+def _interference_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reference", type=Path, required=True, help="profile of the reference model")
+    p.add_argument("--finetuned", nargs="+", required=True, metavar="SLOT=PROFILE",
+                   help="profiles after fine-tuning on each slot (1-based slot numbers)")
+    p.add_argument("--slots", type=Path, required=True, help="slots JSON (from `slots`)")
+    p.add_argument("--out", type=Path, required=True)
 
-    from timestep_lab.io import atomic_write_json
+
+@command("interference", "relative loss change of every slot after fine-tuning on one slot", _interference_args)
+def cmd_interference(args: argparse.Namespace) -> int:
+    """Interference matrix (docs/methods.md 3.2): trained slot x evaluated slot, relative change."""
     from timestep_lab.studies import interference_matrix, load_profile
 
     finetuned = {int(k): load_profile(v) for k, v in _pairs(args.finetuned, "--finetuned").items()}
@@ -131,62 +124,52 @@ def cmd_interference(args: argparse.Namespace) -> int:
     return 0
 
 
-def _interference_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reference", type=Path, required=True, help="profile of the reference model")
-    p.add_argument("--finetuned", nargs="+", required=True, metavar="SLOT=PROFILE",
-                   help="profiles after fine-tuning on each slot (1-based slot numbers)")
-    p.add_argument("--slots", type=Path, required=True, help="slots JSON (from `slots`)")
-    p.add_argument("--out", type=Path, required=True)
-
-
-cmd_interference.configure = _interference_args
-
-
 # ------------------------------------------------------------------------------- prediction types
-
-
-@command("predictions-profile", "per-t x0 error of several models (prediction types) and the winner per t")
-def cmd_predictions_profile(args: argparse.Namespace) -> int:
-    """x0 error per timestep of each model, and which prediction type wins where (METHODS.md 3.5)."""
-    _setup_torch(args)
-    from timestep_lab.artifacts import load_for_inference
-    from timestep_lab.data import PreparedData
-    from timestep_lab.io import atomic_write_json
-    from timestep_lab.studies import x0_error_profile
-
-    device = _device(args)
-    models, diffusion = {}, None
-    for name, path in _pairs(args.models, "--models").items():
-        m = load_for_inference(path, device=device)
-        models[name] = (m.net, m.prediction)
-        diffusion = diffusion or m.diffusion
-    result = x0_error_profile(models, diffusion, PreparedData(args.data).images, num_images=args.num_images,
-                              stride=args.stride, seed=args.seed, batch_size=args.batch_size, device=device)
-    atomic_write_json(args.out, result)
-    return 0
 
 
 def _predictions_profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", nargs="+", required=True, metavar="NAME=MODEL", help="e.g. eps=runs/a/model.pt")
     p.add_argument("--out", type=Path, required=True)
     _bank_args(p)
-    _runtime_args(p)
+    runtime_args(p)
 
 
-cmd_predictions_profile.configure = _predictions_profile_args
+@command("predictions-profile", "per-t x0 error of several models (prediction types) and the winner per t",
+         _predictions_profile_args)
+def cmd_predictions_profile(args: argparse.Namespace) -> int:
+    """x0 error per timestep of each model, and which prediction type wins where (docs/methods.md 3.5)."""
+    setup_torch(args)
+    from timestep_lab.checkpoints import load_for_inference
+    from timestep_lab.data import PreparedData
+    from timestep_lab.studies import x0_error_profile
+
+    dev = device(args)
+    models, diffusion = {}, None
+    for name, path in _pairs(args.models, "--models").items():
+        m = load_for_inference(path, device=dev)
+        models[name] = (m.net, m.prediction)
+        diffusion = diffusion or m.diffusion
+    result = x0_error_profile(models, diffusion, PreparedData(args.data).images, num_images=args.num_images,
+                              stride=args.stride, seed=args.seed, batch_size=args.batch_size, device=dev)
+    atomic_write_json(args.out, result)
+    return 0
 
 
 # ------------------------------------------------------------------------------- consistency
 
 
-@command("consistency", "distance between samples drawn from the same noise by different models")
-def cmd_consistency(args: argparse.Namespace) -> int:
-    """Paired (same seed) vs unpaired sample distances for every pair of sample sets (METHODS.md 4)."""
-    _setup_torch(args)
-    import itertools
+def _consistency_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--samples", nargs="+", required=True, metavar="NAME=SAMPLES.npz")
+    p.add_argument("--weights", type=Path, default=None, help="digits-CNN weights for a feature-space distance")
+    p.add_argument("--out", type=Path, required=True)
+    runtime_args(p)
 
-    from timestep_lab.io import atomic_write_json
-    from timestep_lab.sampling import load_samples
+
+@command("consistency", "distance between samples drawn from the same noise by different models", _consistency_args)
+def cmd_consistency(args: argparse.Namespace) -> int:
+    """Paired (same seed) vs unpaired sample distances for every pair of sample sets (docs/methods.md 4.1)."""
+    setup_torch(args)
+    from timestep_lab.samples_file import load_samples
     from timestep_lab.studies import paired_distance
 
     sets = {name: load_samples(path) for name, path in _pairs(args.samples, "--samples").items()}
@@ -215,33 +198,7 @@ def cmd_consistency(args: argparse.Namespace) -> int:
     return 0
 
 
-def _consistency_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--samples", nargs="+", required=True, metavar="NAME=SAMPLES.npz")
-    p.add_argument("--weights", type=Path, default=None, help="digits-CNN weights for a feature-space distance")
-    p.add_argument("--out", type=Path, required=True)
-    _runtime_args(p)
-
-
-cmd_consistency.configure = _consistency_args
-
-
 # ------------------------------------------------------------------------------- posterior coefficients
-
-
-@command("posterior", "posterior-mean coefficients of x0 and x_t over t for a model's schedule")
-def cmd_posterior(args: argparse.Namespace) -> int:
-    """c1_t (x0) and c2_t (x_t) of the posterior mean (seed paper Fig. 3b) -> JSON."""
-    from timestep_lab.artifacts import load_for_inference
-    from timestep_lab.io import atomic_write_json
-    from timestep_lab.studies import posterior_coefficients, replacement_ranges
-
-    m = load_for_inference(args.model, args.format)
-    out = posterior_coefficients(m.diffusion)
-    if args.ranges:
-        pairs = [args.ranges[i:i + 2] for i in range(0, len(args.ranges), 2)]
-        out["ranges"] = replacement_ranges(pairs, m.diffusion.T)
-    atomic_write_json(args.out, out)
-    return 0
 
 
 def _posterior_args(p: argparse.ArgumentParser) -> None:
@@ -251,30 +208,16 @@ def _posterior_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True)
 
 
-cmd_posterior.configure = _posterior_args
+@command("posterior", "posterior-mean coefficients of x0 and x_t over t for a model's schedule", _posterior_args)
+def cmd_posterior(args: argparse.Namespace) -> int:
+    """c1_t (x0) and c2_t (x_t) of the posterior mean (seed paper Fig. 3b) -> JSON."""
+    from timestep_lab.checkpoints import load_for_inference
+    from timestep_lab.studies import posterior_coefficients, replacement_ranges
 
-
-# ------------------------------------------------------------------------------- reports
-
-
-@command("report", "execute a report notebook with papermill and write self-contained HTML")
-def cmd_report(args: argparse.Namespace) -> int:
-    """Run reports/<name>.py (jupytext) with -p NAME VALUE parameters -> HTML."""
-    from timestep_lab.reporting import render_notebook
-
-    params = {}
-    for name, value in args.parameters:
-        params[name] = value
-    render_notebook(args.notebook, args.out, params)
-    log.info("report %s -> %s", args.notebook, args.out)
+    m = load_for_inference(args.model, args.format)
+    out = posterior_coefficients(m.diffusion)
+    if args.ranges:
+        pairs = [args.ranges[i:i + 2] for i in range(0, len(args.ranges), 2)]
+        out["ranges"] = replacement_ranges(pairs, m.diffusion.T)
+    atomic_write_json(args.out, out)
     return 0
-
-
-def _report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--notebook", type=Path, required=True, help="reports/<name>.py")
-    p.add_argument("--out", type=Path, required=True, help="HTML to write")
-    p.add_argument("-p", dest="parameters", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                   help="notebook parameter (string value)")
-
-
-cmd_report.configure = _report_args

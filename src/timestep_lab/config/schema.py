@@ -1,32 +1,19 @@
-"""Typed, frozen run configuration and the project's only YAML reader.
+"""The run configuration schema: a tree of frozen dataclasses with their defaults and range checks.
 
 A *run config* describes one training run end to end: the data, the network, the diffusion
 process, the timestep sampler, the loss weighting, the optimizer, the training length and the
-reverse sampler used to draw samples from it. It is a tree of frozen dataclasses; YAML files
-hold only the values that differ from the defaults (deltas), and ``--set section.key=value``
-overrides are applied on top.
+reverse sampler used to draw samples from it. Each section checks its own values in
+``__post_init__`` (raising ``ValueError`` whose message starts with the field name; the loader in
+:mod:`timestep_lab.config.convert` prefixes the section and the source).
 
-Errors are :class:`ConfigError` and always name the offending key and the file it came from,
-for example ``config/run.yaml: train.batch_size: expected int, got str 'big'``.
-
-This module does not import torch: it is used by the Snakefile at DAG-build time.
+Knows nothing of YAML, files or registries: registry names (sampler, weighting, ...) are checked
+by :func:`timestep_lab.components.check_config`. No torch (imported at Snakemake DAG build).
 """
 
 from __future__ import annotations
 
-import collections.abc
-import dataclasses
-import difflib
-import re
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
-
-import yaml
-
-from timestep_lab.io import atomic_write_text
 
 __all__ = [
     "ConfigError",
@@ -39,15 +26,6 @@ __all__ = [
     "SampleConfig",
     "EvalConfig",
     "RunConfig",
-    "load_yaml",
-    "load_config",
-    "config_from_dict",
-    "dataclass_from_mapping",
-    "config_to_dict",
-    "apply_overrides",
-    "parse_override",
-    "dump_config",
-    "dump_yaml",
 ]
 
 
@@ -58,16 +36,11 @@ class ConfigError(ValueError):
     """
 
 
-# --------------------------------------------------------------------------------------
-# Sections
-
-
 def _require(ok: bool, message: str) -> None:
     """Raise ``ValueError(message)``; the loader prefixes the section, so messages start
     with the field name (``"batch_size must be > 0, got 0"``)."""
     if not ok:
         raise ValueError(message)
-
 
 
 @dataclass(frozen=True)
@@ -302,221 +275,3 @@ class RunConfig:
     def __post_init__(self) -> None:
         _require(self.train.batch_gpu is None or self.train.batch_size % self.train.batch_gpu == 0,
                  f"train.batch_size={self.train.batch_size} must be a multiple of train.batch_gpu={self.train.batch_gpu}")
-
-
-# --------------------------------------------------------------------------------------
-# YAML
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``)."""
-
-
-_FLOAT_RE = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
-_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-for _first in list("-+0123456789."):
-    _Loader.yaml_implicit_resolvers[_first] = [
-        (tag, rx) for tag, rx in _Loader.yaml_implicit_resolvers.get(_first, []) if tag != "tag:yaml.org,2002:float"
-    ]
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
-
-
-def load_yaml(path: str | Path) -> Any:
-    """Read one YAML file; a missing file or a syntax error names the file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
-    try:
-        data = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
-    return {} if data is None else data
-
-
-def parse_scalar(text: str) -> Any:
-    """Parse one ``--set`` value the way YAML would (numbers, lists, null, strings)."""
-    try:
-        return yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError:
-        return text
-
-
-def dump_yaml(data: Any) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
-
-
-# --------------------------------------------------------------------------------------
-# dict <-> dataclass with type checking
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
-    """Check ``value`` against the annotation ``tp`` and convert lists to tuples."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key, source)
-            except ConfigError as exc:
-                errors.append(exc)
-        expected = " or ".join(_type_name(a) for a in args)
-        raise ConfigError(f"{source}: {key}: expected {expected}, got {type(value).__name__} {value!r}")
-    if tp is Any:
-        return value
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{source}: {key}: expected a mapping, got {type(value).__name__} {value!r}")
-        return dataclass_from_mapping(tp, value, source, prefix=key + ".")
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{source}: {key}: expected a list, got {type(value).__name__} {value!r}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], f"{key}[{i}]", source) for i, v in enumerate(value))
-        if len(value) != len(args):
-            raise ConfigError(f"{source}: {key}: expected a list of {len(args)} values, got {len(value)}")
-        return tuple(_coerce(v, a, f"{key}[{i}]", source) for i, (v, a) in enumerate(zip(value, args)))
-    if origin in (collections.abc.Mapping, dict) or tp is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{source}: {key}: expected a mapping, got {type(value).__name__} {value!r}")
-        return dict(value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    else:  # pragma: no cover - a new annotation type was added without support here
-        raise TypeError(f"unsupported config annotation {tp!r} for {key}")
-    raise ConfigError(f"{source}: {key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
-
-
-def dataclass_from_mapping(cls: type, data: Mapping[str, Any], source: str, prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in data:
-        if key not in hints:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-            raise ConfigError(f"{source}: unknown key '{prefix}{key}'{hint}; valid keys: {', '.join(names)}")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in data:
-            kwargs[f.name] = _coerce(data[f.name], hints[f.name], prefix + f.name, source)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{source}: missing required key '{prefix}{f.name}'")
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except ValueError as exc:
-        # __post_init__ checks raise "batch_size must be > 0, got 0": name the full key
-        msg = str(exc)
-        first = msg.split(" ", 1)[0]
-        if first in names:
-            raise ConfigError(f"{source}: {prefix}{msg}") from None
-        where = f"{prefix.rstrip('.')}: " if prefix else ""
-        raise ConfigError(f"{source}: {where}{msg}") from None
-
-
-def config_from_dict(data: Mapping[str, Any], source: str = "<dict>", cls: type = RunConfig) -> Any:
-    """Build a (frozen) config dataclass from a nested dict, checking keys and types."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{source}: the top level must be a mapping, got {type(data).__name__}")
-    return dataclass_from_mapping(cls, data, source)
-
-
-def config_to_dict(cfg: Any) -> Any:
-    """Plain nested dict/list version of a config (tuples become lists), YAML-safe."""
-    if dataclasses.is_dataclass(cfg):
-        return {f.name: config_to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
-    if isinstance(cfg, (list, tuple)):
-        return [config_to_dict(v) for v in cfg]
-    if isinstance(cfg, Mapping):
-        return {str(k): config_to_dict(v) for k, v in cfg.items()}
-    return cfg
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"train.batch_size=64"`` -> ``(["train", "batch_size"], 64)``."""
-    if "=" not in text:
-        raise ConfigError(f"--set {text}: expected section.key=value")
-    key, _, raw = text.partition("=")
-    parts = [p for p in key.strip().split(".")]
-    if not all(parts):
-        raise ConfigError(f"--set {text}: empty key component in '{key}'")
-    return parts, parse_scalar(raw)
-
-
-def apply_overrides(data: Mapping[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """Return a deep copy of ``data`` with each ``section.key=value`` override applied.
-
-    Keys are validated later against the dataclasses, so a typo still fails with its name.
-    """
-
-    def copy(d: Any) -> Any:
-        return {k: copy(v) for k, v in d.items()} if isinstance(d, Mapping) else d
-
-    out = copy(data)
-    for text in overrides:
-        parts, value = parse_override(text)
-        node = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                raise ConfigError(f"--set {text}: '{'.'.join(parts[: i + 1])}' is a value, not a section")
-            node = child
-        node[parts[-1]] = value
-    return out
-
-
-def load_config(
-    path: str | Path | None = None,
-    overrides: list[str] | tuple[str, ...] = (),
-    cls: type = RunConfig,
-) -> Any:
-    """Load a run config from YAML (deltas over the defaults) plus ``--set`` overrides.
-
-    Overridden keys are reported with the source ``--set`` so a bad override is easy to find.
-    """
-    data: Mapping[str, Any] = {} if path is None else load_yaml(path)
-    source = str(path) if path is not None else "<defaults>"
-    # validate the file on its own first so its errors name the file, then the overrides
-    base = config_from_dict(data, source, cls)
-    if not overrides:
-        return base
-    merged = apply_overrides(config_to_dict(base), list(overrides))
-    return config_from_dict(merged, f"{source} + --set {' '.join(overrides)}", cls)
-
-
-def dump_config(cfg: Any, path: str | Path) -> None:
-    """Write the fully resolved config as YAML, atomically."""
-    atomic_write_text(path, dump_yaml(config_to_dict(cfg)))

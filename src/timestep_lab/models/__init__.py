@@ -1,4 +1,5 @@
-"""Networks only: ``f(x_t, t) -> tensor``. They know nothing about diffusion.
+"""Networks only: ``f(x_t, t) -> tensor``. They know nothing about diffusion, noise
+schedules, checkpoint formats or run configs (those are :mod:`timestep_lab.checkpoints`).
 
 ``MODELS`` maps an architecture name (``model.name`` in the config) to a factory
 ``factory(params, *, cfg: ModelConfig, image_size, in_channels, out_channels) -> nn.Module``.
@@ -8,7 +9,7 @@
 ``diffusers_unet2d`` a ``diffusers.UNet2DModel`` read from the folder ``model.pretrained``
                     (architecture and initial weights from the folder; used to fine-tune
                     google/ddpm-* references, see
-                    :func:`timestep_lab.models.pretrained.build_diffusers_unet2d`)
+                    :func:`timestep_lab.models.diffusers.build_diffusers_unet2d`)
 ==================  ==========================================================================
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 from torch import nn
 
 from timestep_lab.config import ModelConfig
+from timestep_lab.models.diffusers import build_diffusers_unet2d
 from timestep_lab.models.unet import UNet
 from timestep_lab.registry import NoParams, Registry
 
@@ -40,7 +42,4 @@ def _unet(_: NoParams, *, cfg: ModelConfig, image_size: int, in_channels: int, o
 @MODELS.register("diffusers_unet2d", NoParams)
 def _diffusers_unet2d(_: NoParams, *, cfg: ModelConfig, image_size: int, in_channels: int,
                       out_channels: int) -> nn.Module:
-    # imported here: diffusers is an optional dependency, needed only when this entry is built
-    from timestep_lab.models.pretrained import build_diffusers_unet2d
-
     return build_diffusers_unet2d(cfg, image_size=image_size, in_channels=in_channels, out_channels=out_channels)

@@ -1,4 +1,4 @@
-"""The consistency phenomenon (arXiv 2404.07946; METHODS.md 4): two diffusion models trained
+"""The consistency phenomenon (arXiv 2404.07946; docs/methods.md §4): two diffusion models trained
 separately (different seeds, even different widths) map the same initial noise to nearly the
 same image. Given samples ``a_i`` and ``b_i`` drawn with the same seed ``i`` (same initial and
 sampler noise) from two models, compare

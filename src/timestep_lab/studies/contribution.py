@@ -1,4 +1,4 @@
-"""Timestep contribution at inference (Xie & Agam, arXiv 2502.01990, Fig. 3; METHODS.md 3.4).
+"""Timestep contribution at inference (Xie & Agam, arXiv 2502.01990, Fig. 3; docs/methods.md §3.4).
 
 Fig. 3a: during reverse sampling the true x0 of a held-out image replaces the model's x0
 prediction inside a t range (``sampling.sample_images(..., gt_images=, gt_range=)``); the FID per
@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.timeranges import scale_range
 
 __all__ = ["posterior_coefficients", "replacement_ranges", "range_label"]
 
@@ -47,12 +48,10 @@ def range_label(lo: int, hi: int) -> str:
 def replacement_ranges(ranges_paper: Sequence[Sequence[int]], T: int, T_paper: int = 1000) -> list[dict[str, Any]]:
     """Map the paper's 1-based inclusive ranges on ``T_paper`` (e.g. ``[1, 500]``, ``[500, 1000]``,
     ``[10, 100]``, ``[100, 500]``, ``[1, 10]``) to 0-based inclusive ranges on ``[0, T-1]`` with
-    :func:`timestep_lab.workflow.scale_range`.
+    :func:`timestep_lab.timeranges.scale_range`.
 
     :returns: ``[{"label": "[1,500]", "paper": [1, 500], "range": [lo, hi]}, ...]`` in input order.
     """
-    from timestep_lab.workflow import scale_range
-
     out = []
     for i, r in enumerate(ranges_paper):
         if len(r) != 2:

@@ -1,4 +1,4 @@
-"""Slot fine-tuning interference (Xie & Agam, arXiv 2502.01990, Fig. 2; METHODS.md 3.2).
+"""Slot fine-tuning interference (Xie & Agam, arXiv 2502.01990, Fig. 2; docs/methods.md §3.2).
 
 Start from the reference model, fine-tune it on one slot ``k`` only, measure the loss profile
 again (same bank and noise), and report for every evaluated slot ``j``

@@ -1,5 +1,5 @@
 """Which prediction type estimates x0 best at each timestep (Xie & Agam, arXiv 2502.01990,
-Sec. 2.2; METHODS.md 3.5).
+Sec. 2.2; docs/methods.md §3.5).
 
 Every model (eps, x0, v or mixed prediction) is turned into an x0 estimate (``Prediction.estimates``:
 ``x0 = (x_t - sqrt(1-ab) eps_hat) / sqrt(ab)`` for eps, ``x0_hat`` for x0,

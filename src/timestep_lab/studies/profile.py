@@ -1,5 +1,5 @@
 """Per-timestep loss profile of a trained network (Xie & Agam, arXiv 2502.01990, Sec. 2.1,
-Fig. 1a and Table 1; METHODS.md 3.1) and the per-timestep gradient-norm variance
+Fig. 1a and Table 1; docs/methods.md §3.1) and the per-timestep gradient-norm variance
 (arXiv 2411.09998's observation).
 
 The profile bank is fixed: the first ``num_images`` images of the permutation

@@ -1,5 +1,5 @@
 """Timestep slots of equal summed loss (Xie & Agam, arXiv 2502.01990, Sec. 2.1 and Table 1;
-METHODS.md 3.1).
+docs/methods.md §3.1).
 
 "Sum the MSE of all timesteps, then split so every slot holds the same share": with the
 cumulative loss ``S(t) = sum_{s <= t} L(s)`` and ``S_tot = S(T-1)``, slot ``k`` (0-based) ends

@@ -4,7 +4,7 @@
     sampler = make_sampler("uniform", num_timesteps=T, alpha_bar=alpha_bar)
     t, weight = sampler.sample(batch_size, generator, x0=None)
 
-See :mod:`timestep_lab.timesteps.base` for the interface. One module per sampler (METHODS.md 1):
+See :mod:`timestep_lab.timesteps.base` for the interface. One module per sampler (docs/methods.md §1):
 
 ==================  ===========================================================  ==========  ========
 name                p(t)                                                         weight      stateful

@@ -1,7 +1,7 @@
 """``adaptive``: a learned, image-conditioned Beta timestep sampler trained by REINFORCE.
 
 Source: Kim et al., "Adaptive Non-uniform Timestep Sampling for Accelerating Diffusion Model
-Training", arXiv 2411.09998 (paper + official code); METHODS.md 1.4.
+Training", arXiv 2411.09998 (paper + official code); docs/methods.md §1.4.
 
 Sampling. A small network pi_phi maps the clean image to Beta parameters; per sample::
 
@@ -36,7 +36,7 @@ the diffusion update (``before_update`` / ``update``), with delta = L(before) - 
        Beta(alpha_i, beta_i) (differentiated too, as the official code does: only r_i is a constant);
        Adam lr 1e-2, gradient-norm clip 1.0
 
-Differences from the official code (deliberate, METHODS.md): fixed noise for the before/after
+Differences from the official code (deliberate, docs/methods.md §1.4): fixed noise for the before/after
 pair (one noise image per batch image, shared by all of its evaluated timesteps; the official code
 draws fresh noise, which makes delta noisy); the T + |S| B evaluations are batched (chunks of
 ``eval_batch`` items, one forward each) and use a timestep ``stride`` (S is then chosen among

@@ -3,7 +3,7 @@
 Source: the idea of Xu et al., "Towards Faster Training of Diffusion Models: An Inspiration of A
 Consistency Phenomenon", arXiv 2404.07946 (abstract only): the noise level indicates difficulty,
 and timesteps near T (nearly pure noise: easy) are drawn less and less often as training goes
-on. No primary code was available; this is METHODS.md 1.5's reconstruction::
+on. No primary code was available; this is docs/methods.md §1.5's reconstruction::
 
     p_s(t) = (1 - lambda_s) / T + lambda_s N(t; mu, sigma^2) / Z_N,     t in {0, ..., T-1}
     lambda_s = lambda_max * min(1, nimg / (1000 * horizon_kimg))

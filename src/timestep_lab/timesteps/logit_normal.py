@@ -1,7 +1,7 @@
 """``logit_normal``: SD3's logit-normal timestep density, discretised.
 
 Source: Esser et al., "Scaling Rectified Flow Transformers for High-Resolution Image Synthesis"
-(Stable Diffusion 3), arXiv 2403.03206, Sec. 3.1; METHODS.md 1.7::
+(Stable Diffusion 3), arXiv 2403.03206, Sec. 3.1; docs/methods.md §1.7::
 
     n ~ N(m, s^2),   u = sigmoid(n),   t = min(floor(u T), T - 1)
 

@@ -1,7 +1,7 @@
 """``lognormal``: EDM's log-normal noise-level density, mapped to the nearest discrete t.
 
 Source: Karras et al., "Elucidating the Design Space of Diffusion-Based Generative Models" (EDM),
-arXiv 2206.00364, Table 1 / Sec. 5 (``P_mean = -1.2``, ``P_std = 1.2``); METHODS.md 1.7::
+arXiv 2206.00364, Table 1 / Sec. 5 (``P_mean = -1.2``, ``P_std = 1.2``); docs/methods.md §1.7::
 
     ln sigma ~ N(P_mean, P_std^2),     t = argmin_i | ln sigma - ln sigma_i |,
     sigma_i = sqrt((1 - ab_i) / ab_i)       (the VP chain's noise level, increasing in i)

@@ -2,7 +2,7 @@
 
 Source: Nichol & Dhariwal, "Improved Denoising Diffusion Probabilistic Models", arXiv 2102.09672,
 Sec. 3.3, official code ``improved_diffusion/resample.py`` (``LossSecondMomentResampler``);
-METHODS.md 1.2.
+docs/methods.md §1.2.
 
 State: per timestep the last ``history`` (10) raw per-sample losses (detached, before any
 weighting; a ring buffer, the oldest entry dropped when a row is full) and an int64 count capped

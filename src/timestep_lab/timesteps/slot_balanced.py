@@ -3,7 +3,7 @@ loss scales evenly.
 
 Source: Xie & Agam, "Rethinking Timesteps Samplers and Prediction Types", arXiv 2502.01990,
 Sec. 2.1 ("sample the timesteps so that the MSE losses of all selected timesteps contain different
-scales as much as possible"); METHODS.md 1.6. With n slots of sizes |s_k| tiling [0, T-1]::
+scales as much as possible"); docs/methods.md §1.6. With n slots of sizes |s_k| tiling [0, T-1]::
 
     p(t) = 1 / (n |s(t)|),        weight = 1 / (T p(t)) = n |s(t)| / T   if ``unbiased`` else 1
 

@@ -2,7 +2,7 @@
 
 Source: Xie & Agam, "Rethinking Timesteps Samplers and Prediction Types", arXiv 2502.01990,
 Sec. 2.1 and Table 1 (slots of equal summed eps-MSE for guided-diffusion ImageNet-256, T = 1000);
-METHODS.md 1.6. The paper fine-tunes slots 3, 5, 7 and 9, counting from 1::
+docs/methods.md §1.6. The paper fine-tunes slots 3, 5, 7 and 9, counting from 1::
 
     p(t) = 1 / |U|  for t in U = union of slots[a - 1] over a in active,   0 otherwise
 

@@ -2,7 +2,7 @@
 
 Source: Wang et al., "A Closer Look at Time Steps is Worthy of Triple Speed-Up for Diffusion
 Model Training", arXiv 2405.17403 (paper + official code, ``SpeeDiffusion.t_sample``);
-METHODS.md 1.3.
+docs/methods.md §1.3.
 
 Base pdf (threshold ``tau``, suppression ``k``)::
 

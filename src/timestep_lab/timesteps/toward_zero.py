@@ -2,7 +2,7 @@
 
 Source: Xie & Agam, "Rethinking Timesteps Samplers and Prediction Types", arXiv 2502.01990,
 Sec. 2.1 / Fig. 1d (the exact curve is not given: our exponential form is a reconstruction,
-METHODS.md 1.6)::
+docs/methods.md §1.6)::
 
     p(t) = exp(-t / scale) / sum_s exp(-s / scale),     t in {0, ..., T-1}
 

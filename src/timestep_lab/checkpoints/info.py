@@ -1,0 +1,53 @@
+"""What every checkpoint loader returns: the ``info`` dict (and the helpers that fill it) and
+:class:`LoadedModel`.
+
+``info`` holds ``format, path, prediction, num_timesteps, schedule {"name", "params"} (or
+None), schedule_error (None or why the schedule is not supported), variance, image_size,
+channels, out_channels, learn_sigma, parameters, sha256`` and format-specific extras.
+Must not know any one format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.io import sha256_file
+from timestep_lab.predictions import Prediction
+
+__all__ = ["LoadedModel", "base_info", "count_parameters", "hash_files"]
+
+
+@dataclass
+class LoadedModel:
+    """A network with everything needed to use it: ``net(x_t, t)``, its diffusion process and
+    prediction type, and ``info`` (image_size, channels, nimg, format, sha256, ...)."""
+
+    net: nn.Module
+    diffusion: GaussianDiffusion
+    prediction: Prediction
+    info: dict[str, Any]
+
+
+def count_parameters(net: nn.Module) -> int:
+    return int(sum(p.numel() for p in net.parameters()))
+
+
+def hash_files(files: list[Path], root: Path) -> str:
+    """sha256 over ``"<relative name>\\0<sha256 of the file>\\n"`` lines, sorted by name."""
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
+        h.update(f"{f.relative_to(root).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
+def base_info(fmt: str, path: Path) -> dict[str, Any]:
+    """The keys every loader fills, with their "not known" values (eps prediction by default)."""
+    return {"format": fmt, "path": str(path), "prediction": "eps", "num_timesteps": None, "schedule": None,
+            "schedule_error": None, "variance": None, "image_size": None, "channels": None, "out_channels": None,
+            "learn_sigma": False, "parameters": None, "sha256": None}

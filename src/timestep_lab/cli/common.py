@@ -1,0 +1,153 @@
+"""What every command module shares: the command registry, argument helpers, config loading,
+torch/world/device set-up.
+
+A run config is loaded and checked (``check_config``) once, here, where it enters the program;
+the library trusts it afterwards. This module must not know any particular command, nor import
+the entry (``timestep_lab.cli``) or a command module.
+
+Start-up time: ``python -m timestep_lab --help`` must not import torch. So everything that pulls
+in torch (the library's network, training, sampling and metric modules, ``timestep_lab.distributed``)
+is imported inside the function that needs it, here and in every command module; module level
+imports stay torch-free (stdlib, ``timestep_lab.config``, ``timestep_lab.io``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+from typing import Callable
+
+from timestep_lab.config import (
+    ConfigError,
+    EvalConfig,
+    SampleConfig,
+    apply_overrides,
+    config_from_dict,
+    load_config,
+    load_yaml,
+)
+from timestep_lab.io import load_torch
+
+__all__ = [
+    "COMMANDS", "FORMATS", "command", "config_args", "runtime_args", "load_run_config", "eval_config",
+    "sample_config", "setup_torch", "world", "device", "log",
+]
+
+log = logging.getLogger("timestep_lab")
+
+Configure = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace], int]
+
+#: name -> (add the sub-parser to an ``add_subparsers()`` object, run function); in registration order.
+COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Run]] = {}
+
+#: checkpoint formats a ``--format`` option accepts.
+FORMATS = ("timestep_lab", "diffusers", "guided_diffusion")
+
+
+def command(name: str, help: str, configure: Configure) -> Callable[[Run], Run]:
+    """Register the decorated ``run(args) -> exit status`` as command ``name``; ``configure(parser)``
+    adds its options. The run function's docstring becomes the command's ``--help`` description."""
+
+    def deco(fn: Run) -> Run:
+        def add(sub) -> None:
+            p = sub.add_parser(name, help=help, description=(fn.__doc__ or help).strip())
+            configure(p)
+            p.set_defaults(_run=fn)
+
+        COMMANDS[name] = (add, fn)
+        return fn
+
+    return deco
+
+
+# ------------------------------------------------------------------------------- arguments
+
+
+def config_args(p: argparse.ArgumentParser, required: bool = False) -> None:
+    p.add_argument("--config", type=Path, required=required, help="run config YAML (deltas over the defaults)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one config value (repeatable), e.g. --set train.batch_size=64")
+
+
+def runtime_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--device", default=None, help="override train.device (auto, cpu, cuda, cuda:N)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+# ------------------------------------------------------------------------------- configs
+
+
+def load_run_config(args: argparse.Namespace):
+    """The checked RunConfig of ``--config`` + ``--set`` (+ ``--device``): the one place a run's config
+    is checked."""
+    from timestep_lab.components import check_config  # builds networks/samplers: torch
+
+    overrides = list(args.overrides)
+    if getattr(args, "device", None):
+        overrides.append(f"train.device={args.device}")
+    cfg = load_config(args.config, overrides)
+    return check_config(cfg, source=str(args.config or "<defaults>"))
+
+
+def eval_config(args: argparse.Namespace, allowed: tuple[str, ...] = ("eval",)) -> EvalConfig:
+    """EvalConfig from --config's eval section plus eval.* overrides (other sections refused)."""
+    bad = [o for o in args.overrides if o.split("=", 1)[0].split(".", 1)[0] not in allowed]
+    if bad:
+        raise ConfigError(f"--set {bad[0]}: this command takes only {' and '.join(s + '.*' for s in allowed)} overrides")
+    data = dict(load_yaml(args.config).get("eval", {}) or {}) if args.config else {}
+    data = apply_overrides({"eval": data}, [o for o in args.overrides if o.startswith("eval.")])["eval"]
+    source = f"{args.config or '<defaults>'}" + (f" + --set {' '.join(args.overrides)}" if args.overrides else "")
+    return config_from_dict(data, f"{source} (eval)", EvalConfig)
+
+
+def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: str = "timestep_lab") -> SampleConfig:
+    """The model's own ``sample:`` settings (timestep_lab files only), changed by ``config``'s sample
+    section and then by ``overrides`` (``sample.KEY=VALUE``)."""
+    data = {}
+    if fmt == "timestep_lab":
+        obj = load_torch(model)
+        data = dict(obj.get("config", {}).get("sample", {}) or {}) if isinstance(obj, dict) else {}
+    if config:
+        data.update(load_yaml(config).get("sample", {}) or {})
+    data = apply_overrides({"sample": data}, overrides)["sample"]
+    return config_from_dict(data, f"{model} sample settings", SampleConfig)
+
+
+# ------------------------------------------------------------------------------- torch
+
+
+def setup_torch(args: argparse.Namespace) -> None:
+    import torch
+
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # for child processes (papermill kernels)
+
+
+def world():
+    """The process group from torchrun's environment (one process when not launched by it)."""
+    from timestep_lab.distributed import World
+
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return World()
+    import torch
+    import torch.distributed as dist
+
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend=backend)
+    return World(rank=rank, size=size, local_rank=local_rank)
+
+
+def device(args: argparse.Namespace):
+    """The torch device of ``--device`` (default ``auto``: CUDA when available)."""
+    from timestep_lab.distributed import resolve_device
+
+    return resolve_device(args.device or "auto")

@@ -1,0 +1,101 @@
+"""Data commands: ``prepare`` (raw data set -> prepared folder), ``train-features`` (the digits CNN
+that defines digits FID) and ``reference-stats`` (reference features of a prepared set).
+
+Paths in, paths out; the work is in ``timestep_lab.data``, ``timestep_lab.features`` and
+``timestep_lab.metrics``. Must not know the entry (``timestep_lab.cli``) or other commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from timestep_lab.cli.common import command, config_args, device, eval_config, log, runtime_args, setup_torch
+from timestep_lab.io import sha256_file
+
+# ------------------------------------------------------------------------------- prepare
+
+
+def _prepare_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", help="digits | cifar10 | celebahq | imagenet")
+    p.add_argument("--source", type=Path, default=None, help="raw data: tarball, pickle folder, image folder or ImageNet root")
+    p.add_argument("--out", type=Path, required=True, help="prepared folder to write")
+    p.add_argument("--split", default="train", help="train | test (| all for digits)")
+    p.add_argument("--resolution", type=int, default=None, help="output resolution (celebahq, imagenet)")
+
+
+@command("prepare", "convert a raw data set into a prepared folder (uint8 array + manifest)", _prepare_args)
+def cmd_prepare(args: argparse.Namespace) -> int:
+    """Prepare a data set: digits (bundled), cifar10, celebahq or imagenet."""
+    from timestep_lab.data import prepare
+
+    out = prepare(args.dataset, args.source, args.out, split=args.split, resolution=args.resolution)
+    log.info("prepared %s (%s) -> %s", args.dataset, args.split, out)
+    return 0
+
+
+# ------------------------------------------------------------------------------- train-features
+
+
+def _train_features_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, help="prepared digits train split")
+    p.add_argument("--test-data", type=Path, required=True, help="prepared digits test split (held-out accuracy)")
+    p.add_argument("--out", type=Path, required=True, help="weights file to write (.pt); sidecar .json beside it")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads while training (default 1: the network is too small to gain from more)")
+
+
+@command("train-features", "train the digits CNN whose features define FID (digits-CNN features)", _train_features_args)
+def cmd_train_features(args: argparse.Namespace) -> int:
+    """Train the small digits classifier used as the digits feature extractor; print its held-out
+    accuracy and write the weights file plus a sidecar <out>.json holding its sha256."""
+    from timestep_lab.features import sidecar_path, train_digits_cnn
+
+    res = train_digits_cnn(args.data, args.test_data, args.out, seed=args.seed, epochs=args.epochs,
+                           threads=args.threads or 1)
+    print(f"held-out accuracy: {res.accuracy:.4f} ({round(res.accuracy * res.num_test)}/{res.num_test})")
+    log.info("digits CNN -> %s (sha256 %s, sidecar %s)", res.path, res.sha256, sidecar_path(res.path))
+    return 0
+
+
+# ------------------------------------------------------------------------------- reference-stats
+
+
+def _reference_stats_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, help="prepared data folder (the reference set)")
+    p.add_argument("--extractor", choices=("digits-cnn", "inception-v3"), default=None,
+                   help="feature extractor (default: eval.feature_extractor, else digits-cnn)")
+    p.add_argument("--weights", type=Path, default=None,
+                   help="digits-cnn weights file, or folder with the Inception weights (default: eval.feature_weights)")
+    p.add_argument("--out", type=Path, required=True, help="reference .npz to write")
+    p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
+    config_args(p)
+    runtime_args(p)
+
+
+@command("reference-stats", "compute the reference features/statistics of a prepared data set (once)",
+         _reference_stats_args)
+def cmd_reference_stats(args: argparse.Namespace) -> int:
+    """Extract reference features with torch-fidelity and clean-fid into one declared .npz."""
+    setup_torch(args)
+    import numpy as np
+
+    from timestep_lab.data import PreparedData
+    from timestep_lab.metrics import compute_reference, load_feature_extractor
+
+    cfg = eval_config(args)
+    name = args.extractor or cfg.feature_extractor or "digits-cnn"
+    spec = load_feature_extractor(name, args.weights or cfg.feature_weights, tools=cfg.tools,
+                                  download=cfg.download_weights, timeout=cfg.download_timeout_s)
+    data = PreparedData(args.data, verify=True)
+    n = len(data) if args.max_images is None else min(args.max_images, len(data))
+    info = {"path": str(data.path), "dataset": data.manifest.get("dataset"), "split": data.manifest.get("split"),
+            "count": len(data), "used": n, "selection": f"first {n}", "images_sha256": data.manifest.get("images_sha256"),
+            "manifest_sha256": sha256_file(data.path / "manifest.json")}
+    ref = compute_reference(np.asarray(data.images[:n]), args.out, spec, data_info=info, device=device(args),
+                            batch_size=cfg.batch_size)
+    log.info("%s reference (%d images, %s) -> %s (sha256 %s)", name, ref.count, ", ".join(ref.meta["tools"]),
+             args.out, ref.sha256)
+    return 0

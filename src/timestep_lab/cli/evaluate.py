@@ -1,0 +1,87 @@
+"""Scoring commands: ``evaluate`` (one samples file against a reference) and ``evaluate-snapshots``
+(sample + score several checkpoints of one run: FID against images seen).
+
+The scoring is ``timestep_lab.metrics``; these functions only turn paths and options into its
+arguments. Must not know the entry (``timestep_lab.cli``) or other commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from timestep_lab.cli.common import (
+    command,
+    config_args,
+    device,
+    eval_config,
+    log,
+    runtime_args,
+    sample_config,
+    setup_torch,
+)
+from timestep_lab.config import ConfigError
+from timestep_lab.io import atomic_write_json
+
+# ------------------------------------------------------------------------------- evaluate
+
+
+def _evaluate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--samples", type=Path, required=True, help="samples.npz (from `sample`)")
+    p.add_argument("--reference", type=Path, required=True, help="reference .npz (from `reference-stats`)")
+    p.add_argument("--out", type=Path, required=True, help="metrics.json to write")
+    p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
+    config_args(p)
+    runtime_args(p)
+
+
+@command("evaluate", "FID/KID/precision-recall of samples.npz against a reference file (both tools)", _evaluate_args)
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Score samples with torch-fidelity and clean-fid; write metrics.json with the protocol record."""
+    setup_torch(args)
+    from timestep_lab.metrics import evaluate_file
+
+    res = evaluate_file(args.samples, args.reference, args.out, cfg=eval_config(args), weights=args.weights,
+                        device=device(args))
+    log.info("%s: %s -> %s", res["label"], ", ".join(f"{r['value']:.5g} ({r['tool']})" for r in res["records"]
+                                                     if r["metric"] == "fid"), args.out)
+    return 0
+
+
+# ------------------------------------------------------------------------------- evaluate-snapshots
+
+
+def _evaluate_snapshots_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--snapshots", type=Path, default=None, help="folder holding snapshot-*.pt")
+    p.add_argument("--models", type=Path, nargs="+", default=None, help="model or snapshot files")
+    p.add_argument("--reference", type=Path, required=True, help="reference .npz (from `reference-stats`)")
+    p.add_argument("--out", type=Path, required=True, help="fid_progress.json to write")
+    p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
+    config_args(p)
+    runtime_args(p)
+
+
+@command("evaluate-snapshots", "sample and score several checkpoints of one run (FID against images seen)",
+         _evaluate_snapshots_args)
+def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
+    """Sample every snapshot-*.pt of --snapshots (and/or each --models file) into a temporary
+    folder, score it against --reference, and write {"points": [...]} sorted by images seen."""
+    setup_torch(args)
+    from timestep_lab.scoring import PROGRESS_FORMAT, evaluate_models
+
+    models = sorted(Path(args.snapshots).glob("snapshot-*.pt")) if args.snapshots else []
+    if args.snapshots and not models:
+        raise ConfigError(f"{args.snapshots}: no snapshot-*.pt files (train with train.snapshot_every_kimg set)")
+    models += list(args.models or [])
+    if not models:
+        raise ConfigError("give --snapshots DIR and/or --models FILE ...")
+    cfg = eval_config(args, allowed=("eval", "sample"))
+    sample_overrides = [o for o in args.overrides if o.startswith("sample.")]
+    points = evaluate_models(models, args.reference, lambda m: sample_config(m, args.config, sample_overrides), cfg=cfg,
+                             weights=args.weights, device=device(args), progress=not args.no_progress)
+    first = points[0]
+    atomic_write_json(args.out, {"format": PROGRESS_FORMAT, "label": first["label"],
+                                 "reference_file": first["reference_file"],
+                                 "reference_sha256": first["reference_sha256"], "points": points})
+    log.info("%d points -> %s", len(points), args.out)
+    return 0

@@ -1,0 +1,42 @@
+"""The ``train`` command: one run (config + overrides) into an output folder, resuming by default.
+
+Reads torchrun's environment through :func:`timestep_lab.cli.common.world`; the loop itself is
+``timestep_lab.train``. Must not know the entry (``timestep_lab.cli``) or other commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from timestep_lab.cli.common import command, config_args, load_run_config, log, runtime_args, setup_torch, world
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+    config_args(p)
+    runtime_args(p)
+    p.add_argument("--out", type=Path, required=True, help="run folder")
+    p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint and start over")
+    p.add_argument("--stop-after-kimg", type=float, default=None, help="stop (resumably) after this many kimg")
+
+
+@command("train", "train one run into an output folder (resumes automatically)", _train_args)
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train the run described by --config (plus --set overrides) into --out."""
+    setup_torch(args)
+    from timestep_lab.train import train
+
+    cfg = load_run_config(args)
+    group = world()
+    result = train(cfg, args.out, resume=not args.no_resume, progress=not args.no_progress, world=group,
+                   stop_after_kimg=args.stop_after_kimg)
+    if group.is_main:
+        if result.status == "incomplete":
+            log.info("stopped at %.1f kimg as asked; rerun to continue", result.nimg / 1000)
+        else:
+            log.info("%s: %s after %.1f kimg, %d steps, %.1f s, final loss %s -> %s", result.out_dir.name, result.status,
+                     result.nimg / 1000, result.step, result.wall_time_s,
+                     f"{result.final_loss:.5f}" if result.final_loss is not None else "n/a", result.model_path)
+    if result.status == "diverged":
+        log.error("%s", result.message)
+    return 0

@@ -1,0 +1,125 @@
+"""Reference statistics: computed once per data set and extractor into one declared file.
+
+:func:`compute_reference` writes ``REF.npz``; :func:`load_reference` opens it, reading each
+array on first use::
+
+    meta          JSON string: format, extractor, label, feature_dim, feature layer, weights
+                  sha256 and file name per tool, data folder + manifest hashes, count, tool versions
+    tf_features   float32 [N, D]  features as torch-fidelity extracted them
+    tf_mu         float32 [D]     }  torch-fidelity's fid_features_to_statistics
+    tf_sigma      float64 [D, D]  }
+    cf_features   float32 [N, D]  features as clean-fid's get_folder_features extracted them
+    cf_mu, cf_sigma               mean and covariance of cf_features
+
+Must not know: samples files, metrics.json, or how images were generated.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from timestep_lab.io import ArtifactError, atomic_path, sha256_file
+from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input
+from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
+
+__all__ = ["REFERENCE_FORMAT", "Reference", "compute_reference", "load_reference"]
+
+REFERENCE_FORMAT = "timestep_lab.reference/1"
+
+
+class _NpzArrays(Mapping):
+    """The arrays of a reference file, each read on first use (FID needs only the statistics,
+    KID and precision/recall the features, which are large for Inception)."""
+
+    def __init__(self, path: Path, keys: list[str]):
+        self.path, self.keys_, self.cache = path, keys, {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self.cache:
+            if key not in self.keys_:
+                raise KeyError(key)
+            try:
+                with np.load(self.path, allow_pickle=False) as z:
+                    self.cache[key] = z[key]
+            except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+                raise ArtifactError(f"{self.path}: corrupted reference file ({key}: {exc})") from None
+        return self.cache[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys_)
+
+    def __len__(self) -> int:
+        return len(self.keys_)
+
+
+@dataclass
+class Reference:
+    """A reference file: its path and sha256, ``meta`` (see the module docstring) and ``arrays``."""
+
+    path: Path
+    sha256: str
+    meta: dict[str, Any]
+    arrays: Mapping[str, np.ndarray]
+
+    @property
+    def count(self) -> int:
+        return int(self.meta["count"])
+
+
+def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExtractorSpec, *,
+                      data_info: dict[str, Any] | None = None, device: Any = "cpu", batch_size: int = 500) -> Reference:
+    """Extract the reference features with each tool of ``spec`` and write ``out`` (REF.npz) atomically."""
+    device = torch.device(device)
+    images = to_extractor_input(images_nhwc, spec)
+    if len(images) < 2:
+        raise ArtifactError(f"a reference set needs at least 2 images, got {len(images)}")
+    arrays: dict[str, np.ndarray] = {}
+    if "torch-fidelity" in spec.weights:
+        from torch_fidelity.metric_fid import fid_features_to_statistics  # slow to import, only needed here
+
+        feats = tf_features(images, spec, device, batch_size)
+        stats = fid_features_to_statistics(torch.from_numpy(feats))
+        arrays.update(tf_features=feats, tf_mu=stats["mu"], tf_sigma=stats["sigma"])
+    if "clean-fid" in spec.weights:
+        feats = cf_features(images, spec, device, batch_size).astype(np.float32)
+        arrays.update(cf_features=feats, cf_mu=np.mean(feats, axis=0), cf_sigma=np.cov(feats, rowvar=False))
+    meta = {
+        "format": REFERENCE_FORMAT, "extractor": spec.name, "label": spec.label, "feature_dim": spec.feature_dim,
+        "torch_fidelity_extractor": spec.tf_name, "feature_layer": spec.tf_layer, "tools": sorted(spec.weights),
+        "feature_weights_sha256": dict(spec.sha256), "feature_weights_file": {t: str(p) for t, p in spec.weights.items()},
+        "count": int(len(images)), "image_shape": list(images_nhwc.shape[1:]), "tool_versions": tool_versions(),
+        "cleanfid_mode": "clean", "cleanfid_resize": "none (pixels fed as-is)" if spec.name == "digits-cnn"
+        else "clean (PIL bicubic to 299x299)", "data": data_info or {},
+    }
+    out = Path(out)
+    with atomic_path(out, suffix=".npz") as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
+    return load_reference(out)
+
+
+def load_reference(path: str | Path) -> Reference:
+    """Open a reference file written by :func:`compute_reference` (arrays are read lazily)."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            keys = [k for k in z.files if k != "meta"]
+            meta = json.loads(str(z["meta"]))
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: reference statistics file not found (write it with "
+                            f"`python -m timestep_lab reference-stats`)") from None
+    except KeyError:
+        raise ArtifactError(f"{path}: not a timestep_lab reference file (no meta)") from None
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path}: corrupted reference file ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != REFERENCE_FORMAT:
+        raise ArtifactError(f"{path}: unsupported reference format "
+                            f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected {REFERENCE_FORMAT}")
+    return Reference(path, sha256_file(path), meta, _NpzArrays(path, keys))

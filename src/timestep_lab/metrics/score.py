@@ -1,0 +1,127 @@
+"""Scoring images (or a ``samples.npz``) against a reference file: the ``metrics.json`` record.
+
+Every metric value is written as one record carrying the full protocol (extractor, counts,
+sampler settings read from the samples' metadata, reference file and hash, weights hash, tool
+and version, KID subsets) so that a number can never be separated from how it was measured.
+
+Must not know: how the samples were generated (no sampling, no models) -- the sampler settings
+come only from the samples file's metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from timestep_lab.config import EvalConfig
+from timestep_lab.io import ArtifactError, atomic_write_json
+from timestep_lab.metrics.extractors import LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input
+from timestep_lab.metrics.fid import clean_fid_metrics, tool_versions, torch_fidelity_metrics
+from timestep_lab.metrics.reference import Reference, load_reference
+from timestep_lab.samples_file import load_samples
+
+__all__ = ["METRICS_FORMAT", "evaluate_samples", "evaluate_file"]
+
+log = logging.getLogger(__name__)
+
+METRICS_FORMAT = "timestep_lab.metrics/1"
+
+
+def _spec_for_reference(ref: Reference, cfg: EvalConfig, weights: str | Path | None) -> FeatureExtractorSpec:
+    """The extractor the reference was computed with; weights must hash to what it recorded."""
+    name = ref.meta["extractor"]
+    if cfg.feature_extractor not in (None, name):
+        raise ArtifactError(f"{ref.path}: computed with the {name} extractor, but eval.feature_extractor="
+                            f"{cfg.feature_extractor}; set eval.feature_extractor={name} or use a matching reference")
+    tools = list(cfg.tools)
+    missing = [t for t in tools if t not in ref.meta["tools"]]
+    if missing:
+        raise ArtifactError(f"{ref.path}: has no {', '.join(missing)} features (computed for {ref.meta['tools']})")
+    weights = weights or cfg.feature_weights
+    if weights is None and name == "digits-cnn":
+        weights = next(iter(ref.meta["feature_weights_file"].values()))
+    # the reference file recorded the hashes of the (checked) weights it was computed with:
+    # the same hash means the same file, so hashing is all that is needed here
+    files = resolve_weights(name, weights, tools, cfg.download_weights, cfg.download_timeout_s)
+    spec = make_spec(name, files, int(ref.meta["feature_dim"]))
+    for tool in tools:
+        want = ref.meta["feature_weights_sha256"][tool]
+        if spec.sha256[tool] != want:
+            raise ArtifactError(f"{spec.weights[tool]}: sha256 {spec.sha256[tool][:12]}... differs from the weights "
+                                f"{ref.path} was computed with ({want[:12]}...); use the same weights or recompute "
+                                f"the reference")
+    return spec
+
+
+def _protocol(spec: FeatureExtractorSpec, ref: Reference, n: int, meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "feature_extractor": spec.name, "feature_dim": spec.feature_dim, "num_generated": n,
+        "num_reference": ref.count, "sampler": meta.get("method"), "steps": meta.get("steps"), "eta": meta.get("eta"),
+        "ema": meta.get("use_ema"), "seed_range": meta.get("seed_range"), "reference_file": str(ref.path),
+        "reference_sha256": ref.sha256,
+    }
+
+
+def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference, *, cfg: EvalConfig = EvalConfig(),
+                     weights: str | Path | None = None, samples_meta: dict[str, Any] | None = None,
+                     device: Any = "cpu") -> dict[str, Any]:
+    """Score uint8 NHWC images against a reference file with every tool in ``cfg.tools``.
+
+    Returns the ``metrics.json`` dict: ``records`` (one per metric and tool, each with the full
+    protocol) and convenience fields ``fid``/``kid`` (torch-fidelity), ``fid_clean_fid``/
+    ``kid_clean_fid``, ``precision``/``recall``, ``label``, ``nimg``/``kimg`` when known.
+    """
+    device = torch.device(device)
+    ref = reference if isinstance(reference, Reference) else load_reference(reference)
+    spec = _spec_for_reference(ref, cfg, weights)
+    meta = samples_meta or {}
+    images = np.asarray(images_nhwc)
+    if cfg.num_samples is not None:
+        if len(images) < cfg.num_samples:
+            raise ArtifactError(f"eval.num_samples={cfg.num_samples} but only {len(images)} samples were given")
+        images = images[: cfg.num_samples]
+    if images.ndim == 4 and list(images.shape[1:3]) != list(ref.meta["image_shape"][:2]):
+        raise ArtifactError(f"samples are {list(images.shape[1:])} images, {ref.path} holds "
+                            f"{ref.meta['image_shape']} images")
+    images = to_extractor_input(images, spec)
+    if len(images) < 2:
+        raise ArtifactError(f"FID needs at least 2 samples, got {len(images)}")
+    versions = tool_versions()
+    protocol = _protocol(spec, ref, len(images), meta)
+    runners = {"torch-fidelity": torch_fidelity_metrics, "clean-fid": clean_fid_metrics}
+    records, values = [], {}
+    for tool in cfg.tools:
+        t0 = time.perf_counter()
+        values[tool] = runners[tool](images, ref, spec, cfg, device)
+        log.debug("%s: %s in %.2f s", tool, values[tool], time.perf_counter() - t0)
+        for metric, value in values[tool].items():
+            rec = {"metric": metric, "value": float(value), "tool": tool, "tool_version": versions[tool],
+                   "label": LABELS[spec.name][metric], "feature_weights_sha256": spec.sha256[tool], **protocol}
+            if metric.startswith("kid"):
+                rec.update(kid_subsets=cfg.kid_subsets, kid_subset_size=min(cfg.kid_subset_size, len(images), ref.count),
+                           kid_seed=cfg.kid_seed)
+            records.append(rec)
+    out: dict[str, Any] = {"format": METRICS_FORMAT, "label": spec.label, "feature_extractor": spec.name,
+                           "status": meta.get("status", "ok")}
+    tf, cf = values.get("torch-fidelity", {}), values.get("clean-fid", {})
+    out.update({"fid": tf.get("fid"), "kid": tf.get("kid_mean"), "fid_clean_fid": cf.get("fid"),
+                "kid_clean_fid": cf.get("kid_mean"), "precision": tf.get("precision"), "recall": tf.get("recall")})
+    if "nimg" in meta:
+        out.update(nimg=int(meta["nimg"]), kimg=int(meta["nimg"]) / 1000)
+    out.update(model=meta.get("model"), model_sha256=meta.get("model_sha256"), protocol=protocol, records=records)
+    return out
+
+
+def evaluate_file(samples_npz: str | Path, reference: str | Path, out_json: str | Path, *, cfg: EvalConfig = EvalConfig(),
+                  weights: str | Path | None = None, device: Any = "cpu") -> dict[str, Any]:
+    """``samples.npz`` -> ``metrics.json`` (written atomically)."""
+    images, _, meta = load_samples(samples_npz)
+    result = evaluate_samples(images, reference, cfg=cfg, weights=weights, samples_meta=meta, device=device)
+    result["samples_file"] = str(samples_npz)
+    atomic_write_json(out_json, result)
+    return result

@@ -1,0 +1,54 @@
+"""Scoring snapshots: sampling and evaluation composed, one level above both.
+
+:func:`evaluate_models` samples each model file (snapshot or ``model.pt``) into a temp folder
+with :mod:`timestep_lab.sampling` and scores it with :mod:`timestep_lab.metrics`, giving the
+points of an FID-vs-images-seen curve (``fid_progress.json``, format :data:`PROGRESS_FORMAT`).
+
+Must not know: the command line, training, or how either side works inside.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from timestep_lab.config import EvalConfig
+from timestep_lab.metrics import evaluate_samples, load_reference
+from timestep_lab.samples_file import load_samples
+from timestep_lab.sampling import generate
+
+__all__ = ["PROGRESS_FORMAT", "evaluate_models"]
+
+log = logging.getLogger(__name__)
+
+PROGRESS_FORMAT = "timestep_lab.fid_progress/1"
+
+
+def evaluate_models(models: Sequence[str | Path], reference: str | Path, sample_cfg_for: Callable[[Path], Any], *,
+                    cfg: EvalConfig = EvalConfig(), weights: str | Path | None = None, device: Any = "cpu",
+                    progress: bool = False) -> list[dict[str, Any]]:
+    """Sample each model file (snapshot or model.pt) into a temp folder and score it.
+
+    ``sample_cfg_for(model_path) -> SampleConfig``. Returns one point per model, sorted by
+    images seen: ``{nimg, kimg, model, model_sha256, fid: {tool: value}, kid: {tool: value},
+    precision, recall, label, ...protocol, records}``.
+    """
+    ref = load_reference(reference)
+    points = []
+    with tempfile.TemporaryDirectory(prefix="tl-snapshots-") as tmp:
+        for i, model in enumerate(models):
+            npz = Path(tmp) / f"samples-{i}.npz"
+            generate(model, npz, sample_cfg_for(Path(model)), device=device, progress=progress)
+            images, _, meta = load_samples(npz)
+            res = evaluate_samples(images, ref, cfg=cfg, weights=weights, samples_meta=meta, device=device)
+            npz.unlink()
+            by_tool = lambda metric: {r["tool"]: r["value"] for r in res["records"] if r["metric"] == metric}  # noqa: E731
+            points.append({"nimg": res.get("nimg", 0), "kimg": res.get("kimg", 0.0), "model": str(model),
+                           "model_sha256": meta.get("model_sha256"), "label": res["label"], "fid": by_tool("fid"),
+                           "kid": by_tool("kid_mean"), "precision": res["precision"], "recall": res["recall"],
+                           **res["protocol"], "records": res["records"]})
+            log.info("%s (%.1f kimg): %s = %s", Path(model).name, points[-1]["kimg"], res["label"],
+                     ", ".join(f"{v:.4g} ({t})" for t, v in points[-1]["fid"].items()))
+    return sorted(points, key=lambda p: (p["nimg"], p["model"]))

@@ -1,0 +1,41 @@
+"""A study as runs and files: what the Snakefile needs, split by concern.
+
+==========================  =========================================================  =====================
+module                      holds                                                      imports
+==========================  =========================================================  =====================
+``runs``                    the groups' run table: axes, ids, overrides -> run configs  config
+``study``                   + the runs the analyses derive; contribution ranges         config, timeranges
+``run_yaml``                ``run.yaml`` with the run-time facts (init model, slots)    config
+``snakefile``               launcher, shell flags, schema-error summary                 stdlib
+``collect``                 results -> metrics.csv, runs.csv, summary.json              pandas, studies
+``dvc_export``              summary/metrics -> DVC metrics and plots files              pandas
+==========================  =========================================================  =====================
+
+This package's ``__init__`` and the first four modules import no torch, pandas or scipy: the
+Snakefile imports them when it builds the DAG. ``collect`` and ``dvc_export`` are imported by
+their own jobs (``from timestep_lab.workflow.collect import collect``) and are not re-exported here.
+"""
+
+from timestep_lab.timeranges import scale_range
+from timestep_lab.workflow.run_yaml import write_run_config
+from timestep_lab.workflow.runs import AXES, Run, build_runs, deep_merge, prepared_dir, run_config
+from timestep_lab.workflow.snakefile import launcher, opt, schema_error_summary
+from timestep_lab.workflow.study import check_spelling, contribution_ranges, reference_run, study_runs
+
+__all__ = [
+    "Run",
+    "AXES",
+    "build_runs",
+    "study_runs",
+    "reference_run",
+    "run_config",
+    "deep_merge",
+    "scale_range",
+    "prepared_dir",
+    "contribution_ranges",
+    "check_spelling",
+    "write_run_config",
+    "launcher",
+    "opt",
+    "schema_error_summary",
+]

@@ -1,0 +1,131 @@
+"""Results collection: every run's files -> one tidy metrics table, a run table and a summary.
+
+Reads ``results/<study>/runs/<run>/{train_log.jsonl, metrics.json, fid_progress.json}`` and writes
+``metrics.csv`` (one row per run x stage x images seen x metric x tool, with the measuring
+protocol), ``runs.csv`` and ``summary.json`` (DVC metrics: final FID per group variant, mean over
+seeds, and the sampler comparison's speed-ups).
+
+Needs pandas, so the Snakefile imports it only inside the ``collect`` job, never at DAG build.
+Knows nothing of how runs are trained or scored: only the files they leave.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from timestep_lab.io import atomic_path, atomic_write_json
+from timestep_lab.studies.comparison import speedups
+
+__all__ = ["collect", "summarize"]
+
+
+def _median_step_time(log_records: list[dict]) -> float | None:
+    """Median seconds per optimizer step over the log, skipping the first interval (warm-up)."""
+    times = [r["sec_per_step"] for r in log_records[1:] if r.get("sec_per_step")] or \
+        [r["sec_per_step"] for r in log_records if r.get("sec_per_step")]
+    return statistics.median(times) if times else None
+
+
+def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv: str, runs_csv: str,
+            summary_json: str) -> None:
+    """Gather every run's ``metrics.json``, ``fid_progress.json`` and ``train_log.jsonl`` into one
+    tidy metrics table (one row per run x stage x images seen x metric x tool), a run table, and
+    a small JSON summary (DVC metrics: final FID per group variant, mean over seeds)."""
+    rows, run_rows = [], []
+    root = Path(results_dir) / "runs"
+    for rid, info in runs.items():
+        axes, groups = info["axes"], info["groups"]
+        base = {"run": rid, **axes, "groups": ";".join(groups), **info.get("columns", {})}
+        rdir = root / rid
+        log_file = rdir / "train_log.jsonl"
+        log = [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
+        # runs outside every group (slot fine-tunes, toward_zero retraining) are analysed, not scored
+        model_status = "missing" if groups else "unscored"
+        metrics_file = rdir / "metrics.json"
+        if metrics_file.exists():
+            m = json.loads(metrics_file.read_text())
+            model_status = m.get("status", "ok")
+            for rec in m.get("records", []):
+                rows.append({**base, "stage": "final", "nimg": m.get("nimg", rec.get("nimg")), **_record(rec)})
+        prog_file = rdir / "fid_progress.json"
+        if prog_file.exists():
+            for point in json.loads(prog_file.read_text()).get("points", []):
+                for rec in point.get("records", []):
+                    rows.append({**base, "stage": "progress", "nimg": point["nimg"], **_record(rec)})
+        if not log and not metrics_file.exists():
+            continue
+        run_rows.append({**base, "status": model_status, "nimg": log[-1]["nimg"] if log else None,
+                         "final_loss": log[-1]["loss"] if log else None, "sec_per_step": _median_step_time(log),
+                         "wall_time_s": log[-1]["wall_time_s"] if log else None,
+                         "train_log": str(log_file) if log else ""})
+    metrics = pd.DataFrame(rows)
+    if len(metrics):
+        metrics["kimg"] = metrics["nimg"] / 1000.0
+    table = pd.DataFrame(run_rows)
+    for df, path in ((metrics, metrics_csv), (table, runs_csv)):
+        with atomic_path(path, suffix=".csv") as tmp:
+            df.to_csv(tmp, index=False)
+    atomic_write_json(summary_json, summarize(metrics, table))
+
+
+def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """One tidy row per metric value, with its whole protocol (docs/methods.md: every FID with how
+    it was measured): tool, extractor and weights hash, sample counts, reverse sampler, EMA, seeds, reference."""
+    keys = ("metric", "value", "tool", "tool_version", "feature_extractor", "feature_weights_sha256", "label",
+            "num_generated", "num_reference", "sampler", "steps", "eta", "ema", "reference_file", "reference_sha256")
+    out = {k: rec.get(k) for k in keys}
+    out["method"] = out.pop("sampler")  # the reverse sampler; "sampler" is the timestep-sampler axis
+    seeds = rec.get("seed_range")
+    out["seeds"] = f"{seeds[0]}-{seeds[1]}" if seeds else None
+    return out
+
+
+def summarize(metrics: pd.DataFrame, runs: pd.DataFrame) -> dict[str, Any]:
+    """Headline numbers: per group and variant, the final FID (torch-fidelity) mean/std over the
+    seeds of runs that finished (diverged or missing runs are listed in ``failed_runs`` instead)."""
+    out: dict[str, Any] = {"runs": int(len(runs)), "failed_runs": []}
+    if len(runs):
+        out["failed_runs"] = sorted(runs.loc[~runs["status"].isin(["ok", "unscored"]), "run"].tolist())
+    if not len(metrics):
+        return out
+    # failed runs are reported by name and kept out of every mean (and out of the speed-ups)
+    metrics = metrics[~metrics["run"].isin(out["failed_runs"])]
+    final = metrics[(metrics["stage"] == "final") & (metrics["metric"] == "fid")]
+    if not len(final):
+        return out
+    tool = "torch-fidelity" if (final["tool"] == "torch-fidelity").any() else final["tool"].iloc[0]
+    final = final[final["tool"] == tool]
+    out["fid_tool"] = tool
+    out["fid_label"] = str(final["label"].dropna().iloc[0]) if final["label"].notna().any() else "FID"
+    groups: dict[str, Any] = {}
+    for _, row in final.iterrows():
+        for g in str(row["groups"]).split(";"):
+            if not g:
+                continue
+            key = "+".join(str(row[a]) for a in ("sampler", "weighting", "prediction", "batch_size", "schedule"))
+            groups.setdefault(g, {}).setdefault(key, []).append(float(row["value"]))
+    out["fid"] = {
+        g: {k: {"mean": statistics.fmean(v), "std": statistics.stdev(v) if len(v) > 1 else 0.0, "n": len(v)}
+            for k, v in sorted(variants.items())}
+        for g, variants in groups.items()
+    }
+    proto = final.iloc[0]
+    out["protocol"] = {k: (None if proto.get(k) != proto.get(k) else proto.get(k)) for k in
+                       ("label", "tool", "tool_version", "feature_extractor", "num_generated", "num_reference",
+                        "method", "steps", "ema")}
+    out["protocol"] = {k: (v.item() if hasattr(v, "item") else v) for k, v in out["protocol"].items()}
+    # speed-up to uniform's final FID, per variant of the sampler comparison (mean curve over seeds)
+    prog = metrics[(metrics["stage"] == "progress") & (metrics["metric"] == "fid") & (metrics["tool"] == tool)]
+    prog = prog[prog["groups"].fillna("").str.split(";").apply(lambda g: "sampler_comparison" in g)]
+    if len(prog):
+        curves = {}
+        for variant, df in prog.assign(variant=prog["sampler"] + "+" + prog["weighting"]).groupby("variant"):
+            mean = df.groupby("kimg")["value"].mean()
+            curves[variant] = (mean.index.tolist(), mean.tolist())
+        out["speedup"] = {k: (None if v != v else v) for k, v in speedups(curves, "uniform+none").items()}
+    return out

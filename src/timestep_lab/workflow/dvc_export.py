@@ -1,0 +1,41 @@
+"""Flat files for ``dvc metrics`` / ``dvc plots`` from a study's collected results.
+
+Inputs are :mod:`timestep_lab.workflow.collect`'s ``summary.json`` and ``metrics.csv`` and the
+reference loss profile; outputs live under ``dvc/<study>/``, outside the persisted result
+folders. Needs pandas, so the Snakefile imports it only inside the ``dvc_export`` job.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from timestep_lab.io import atomic_path, atomic_write_json
+
+__all__ = ["dvc_export"]
+
+
+def dvc_export(summary_json: str, metrics_csv: str, profile_json: str, metrics_out: str, fid_progress_out: str,
+               loss_profile_out: str) -> None:
+    """Flat files for ``dvc metrics`` / ``dvc plots``: final FID per group variant, FID against
+    images seen per sampler-comparison variant (mean over seeds), and the reference loss profile."""
+    summary = json.loads(Path(summary_json).read_text())
+    flat = {"runs": summary.get("runs", 0), "failed_runs": len(summary.get("failed_runs", []))}
+    for group, variants in (summary.get("fid") or {}).items():
+        for variant, stats in variants.items():
+            flat[f"fid.{group}.{variant.split('+')[0]}+{variant.split('+')[1]}"] = round(stats["mean"], 4)
+    for variant, value in (summary.get("speedup") or {}).items():
+        flat[f"speedup.{variant}"] = None if value is None else round(value, 4)
+    atomic_write_json(metrics_out, flat)
+    metrics = pd.read_csv(metrics_csv)
+    prog = metrics[(metrics["stage"] == "progress") & (metrics["metric"] == "fid") & (metrics["tool"] == "torch-fidelity")]
+    prog = prog.assign(variant=prog["sampler"] + "+" + prog["weighting"])
+    curve = prog.groupby(["variant", "kimg"], as_index=False)["value"].mean().rename(columns={"value": "fid"})
+    with atomic_path(fid_progress_out, suffix=".csv") as tmp:
+        curve.to_csv(tmp, index=False)
+    prof = json.loads(Path(profile_json).read_text())
+    table = pd.DataFrame({"t": prof["timesteps"], "eps_mse": prof["eps_mse"], "vlb_bpd": prof["vlb_bpd"]})
+    with atomic_path(loss_profile_out, suffix=".csv") as tmp:
+        table.to_csv(tmp, index=False)

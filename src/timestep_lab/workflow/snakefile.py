@@ -1,0 +1,35 @@
+"""Small helpers the Snakefile's rules call: the training launcher, optional shell flags, and a
+one-line summary of a schema-validation error.
+
+Strings in, strings out: no Snakemake import, no torch, no files.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["launcher", "opt", "schema_error_summary"]
+
+
+def launcher(gpus: int) -> str:
+    """The command prefix of a training job: one process, or torchrun with one process per GPU."""
+    if gpus > 1:
+        return f"torchrun --standalone --nproc_per_node {gpus} -m timestep_lab"
+    return "python -m timestep_lab"
+
+
+def opt(flag: str, value: Any) -> str:
+    """``"--flag value"``, or an empty string when ``value`` is None."""
+    return "" if value is None else f"{flag} {value}"
+
+
+def schema_error_summary(message: str) -> str:
+    """One line from Snakemake's schema-validation error: the offending key as a dotted path and
+    jsonschema's reason, e.g. ``evaluation.num_samples: 'x' is not of type 'integer'``."""
+    reason = next((ln.split("ValidationError:", 1)[1].strip() for ln in message.splitlines()
+                   if "ValidationError:" in ln), message.strip().splitlines()[-1] if message.strip() else "invalid")
+    where = next((ln for ln in message.splitlines() if ln.startswith("On instance")), "")
+    keys = re.findall(r"\[(?:'([^']*)'|(\d+))\]", where)
+    path = ".".join(k or i for k, i in keys)
+    return f"{path}: {reason}" if path else f"{reason} (workflow/schemas/config.schema.yaml)"

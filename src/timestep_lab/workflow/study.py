@@ -1,0 +1,138 @@
+"""Every run of a study: the groups' runs plus the runs the analyses derive from them.
+
+* ``reference``: the "pretrained" model of the seed paper's analyses (``reference.overrides``
+  over ``base``), unless ``reference.pretrained`` points at a checkpoint;
+* ``finetune_slot<k>``: the reference fine-tuned on slot k only (``analyses.slots``);
+* ``toward_zero_from-<run>``: the small-batch run retrained with the ``toward_zero`` sampler
+  (``analyses.batch_size``).
+
+A run's length is spelled one way in a study config: ``train.total_kimg``, nested in ``base``
+and a dotted key of an ``overrides:`` mapping everywhere else (groups, list entries,
+``reference``, ``analyses.slots``, ``analyses.batch_size``). :func:`check_spelling` rejects the
+retired spellings with the new one.
+
+Pure functions of dicts: no Snakemake, no torch, no pandas, no files.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from timestep_lab.config import ConfigError
+from timestep_lab.timeranges import scale_range
+from timestep_lab.workflow.runs import (
+    LENGTH_KEY,
+    Run,
+    apply_dotted,
+    build_runs,
+    check_entry_spelling,
+    check_overrides,
+    deep_merge,
+    default_axes,
+    run_config,
+    run_id,
+)
+
+__all__ = ["study_runs", "reference_run", "contribution_ranges", "check_spelling"]
+
+# retired study-config keys -> the analysis section that now takes ``overrides: {train.total_kimg: N}``
+_RETIRED = {("slots", "finetune_kimg"): "analyses.slots", ("batch_size", "toward_zero_kimg"): "analyses.batch_size"}
+_DEFAULT_DERIVED_KIMG = 8  # length of a derived run whose section sets no train.total_kimg
+
+
+def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
+    """Fail on a retired run-length key, naming it and its replacement (called before the schema
+    check, whose message could not name the new spelling)."""
+    analyses = study.get("analyses")
+    for (section, key), where in _RETIRED.items():
+        spec = analyses.get(section) if isinstance(analyses, Mapping) else None
+        if isinstance(spec, Mapping) and key in spec:
+            raise ConfigError(f"{source}: {where}.{key}: write '{where}.overrides: {{{LENGTH_KEY}: {spec[key]}}}' "
+                              f"instead")
+    groups = study.get("groups")
+    for gname, group in (groups.items() if isinstance(groups, Mapping) else ()):
+        entries = group.get("list") if isinstance(group, Mapping) else None
+        for i, entry in enumerate(entries if isinstance(entries, list) else ()):
+            check_entry_spelling(entry, f"{source}: groups.{gname}.list[{i}]")
+
+
+def reference_run(study: Mapping[str, Any], source: str = "study") -> Run:
+    """The reference ("pretrained") model of the seed paper's analyses, trained with a large batch
+    unless ``reference.pretrained`` points at a checkpoint."""
+    ref = study.get("reference") or {}
+    where = f"{source}: reference"
+    cfg = run_config(study, default_axes(study), check_overrides(ref.get("overrides"), where), where)
+    return Run("reference", default_axes(study), cfg, ("reference",))
+
+
+def _derived_config(parent: Mapping[str, Any], delta: Mapping[str, Any], spec: Mapping[str, Any],
+                    where: str) -> dict[str, Any]:
+    """``parent`` with the analysis' fixed ``delta``, then the section's ``overrides``."""
+    cfg = deep_merge(parent, {"train": {"total_kimg": _DEFAULT_DERIVED_KIMG}, "optim": {"warmup_kimg": 0}})
+    return apply_dotted(deep_merge(cfg, delta), check_overrides(spec.get("overrides"), where))
+
+
+def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run]:
+    """Every run of the study: the groups' runs plus the runs derived for the analyses (module
+    docstring). Fine-tunes start from the reference with warm-up 0 and 8 kimg unless their
+    section's ``overrides`` say otherwise; slot ranges are filled in from the loss profile at run
+    time (``extra["slots_file"]``).
+
+    When the reference is a pretrained diffusers folder (``reference: {pretrained: <folder>,
+    format: diffusers}``), every run starting from it trains that ``UNet2DModel`` itself: its model
+    section becomes ``{name: diffusers_unet2d, pretrained: <folder>, pretrained_format: diffusers}``
+    (replaced, not merged: the base's UNet fields do not apply). Its diffusion section (T,
+    schedule, prediction, variance) is the folder's, which
+    :func:`timestep_lab.workflow.run_yaml.write_run_config` reads when the job runs; this function
+    reads no files, so the folder may be absent at DAG time.
+    """
+    check_spelling(study, source)
+    runs = build_runs(study, source)
+    analyses = study.get("analyses") or {}
+    ref = reference_run(study, source)
+    runs["reference"] = ref
+    slots = analyses.get("slots") or {}
+    for k in slots.get("finetune", []):
+        n = slots.get("n_slots", 10)
+        if not 1 <= k <= n:
+            raise ConfigError(f"{source}: analyses.slots.finetune: slot {k} is outside 1..n_slots={n} (1-based)")
+        cfg = _derived_config(ref.config, {"timesteps": {"name": "slots", "params": {"active": [k]}}}, slots,
+                              f"{source}: analyses.slots")
+        runs[f"finetune_slot{k}"] = Run(f"finetune_slot{k}", ref.axes, cfg, (), "reference",
+                                        extra={"slots_file": "analyses/slots.json", "slot": k})
+    bs = analyses.get("batch_size") or {}
+    if bs:
+        small_axes = {**default_axes(study), "batch_size": bs.get("small", 16)}
+        small_id = run_id(small_axes, {}, None, None)
+        if small_id not in runs:
+            raise ConfigError(f"{source}: analyses.batch_size.small={bs.get('small')}: no run '{small_id}' in the "
+                              f"groups (add the batch size to groups.batch_size.grid.batch_size)")
+        delta = {"timesteps": {"name": "toward_zero", "params": {"scale": bs.get("toward_zero_scale", 150)}},
+                 "train": {"snapshot_every_kimg": None}}
+        cfg = _derived_config(runs[small_id].config, delta, bs, f"{source}: analyses.batch_size")
+        rid = f"toward_zero_from-{small_id}"
+        runs[rid] = Run(rid, {**small_axes, "sampler": "toward_zero"}, cfg, ("batch_size",), small_id)
+    ref_spec = study.get("reference") or {}
+    if ref_spec.get("pretrained") and ref_spec.get("format") == "diffusers":
+        model = {"name": "diffusers_unet2d", "pretrained": str(ref_spec["pretrained"]),
+                 "pretrained_format": "diffusers"}
+        for rid, run in runs.items():
+            if run.init_from == "reference":
+                runs[rid] = Run(rid, run.axes, {**run.config, "model": dict(model)}, run.groups, run.init_from,
+                                run.progress, run.extra)
+    return runs
+
+
+def contribution_ranges(study: Mapping[str, Any]) -> dict[str, tuple[int, int] | None]:
+    """Ground-truth replacement ranges of the timestep-contribution analysis, as 0-based inclusive
+    ranges of this study's T keyed by a path-safe label; ``"none"`` is the baseline without
+    replacement. The paper's ranges are 1-based on T = 1000 (seed paper Fig. 3)."""
+    T = int(((study.get("base") or {}).get("diffusion") or {}).get("num_timesteps", 1000))
+    ranges = ((study.get("analyses") or {}).get("timestep_contribution") or {}).get("ranges", [])
+    out: dict[str, tuple[int, int] | None] = {"none": None}
+    for lo, hi in ranges:
+        if not 1 <= lo <= hi <= 1000:
+            raise ConfigError(f"analyses.timestep_contribution.ranges: [{lo}, {hi}] must satisfy 1 <= lo <= hi <= 1000 "
+                              f"(the paper's 1-based timesteps; scaled to T={T})")
+        out[f"t{lo}-{hi}"] = scale_range(lo, hi, T)
+    return out
