@@ -7,8 +7,12 @@ without its seed). Output: plain dicts, ready for ``summary.json``/``verdicts.js
 * :func:`compare_group`: within one group, every arm against the group's baseline arm, paired by
   seed: final-FID difference and log-FID difference with 95% t-intervals, Holm-adjusted p across
   the arms of the group, and the speed-up from progress curves (:func:`timestep_lab.stats.speedup`).
+* :data:`GROUP_BASELINES` + :func:`study_comparisons`: :func:`compare_group` for every group
+  of a study against its baseline arm (within each schedule for ``schedules``).
 * :data:`CLAIMS` + :func:`judge_claims`: one verdict per claim: reproduced, contradicted,
   inconclusive (with the smallest effect this budget could detect) or not run (with what it needs).
+* :func:`interference_effect`, :func:`consistency_effect`: the measured effect of the two
+  analysis claims, read from the analyses' output dicts.
 
 Knows nothing about Snakemake, files or plotting.
 """
@@ -23,7 +27,11 @@ import pandas as pd
 
 from timestep_lab.stats import holm, paired, speedup, verdict
 
-__all__ = ["Claim", "CLAIMS", "arm_of", "select_arm", "compare_group", "judge_claims", "FID_TOOL_ORDER"]
+#: Sign of ``arm - baseline`` in final FID that a group's per-arm ``verdict`` tests: the arm lowers FID.
+BETTER = -1
+
+__all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "arm_of", "select_arm", "compare_group", "study_comparisons",
+           "judge_claims", "interference_effect", "consistency_effect", "FID_TOOL_ORDER"]
 
 #: Which tool's FID is the headline when several measured the same samples.
 FID_TOOL_ORDER = ("torch-fidelity", "clean-fid")
@@ -72,6 +80,8 @@ def compare_group(metrics: pd.DataFrame, group: str, baseline: Mapping[str, Any]
     :returns: ``{"group", "baseline", "seeds", "arms": {arm: {...}}, "comparisons": {arm: {"n",
         "diff", "ci_low", "ci_high", "p", "p_adj", "detectable", "log": {...}, "speedup": {...}}}}``;
         ``comparisons`` is empty when the baseline arm is missing or has no finished seed.
+        Each comparison's ``verdict`` reads "reproduced" when the arm's final FID is lower than
+        the baseline's (interval below 0 and Holm-adjusted p < 0.05), "contradicted" when higher.
     """
     final = _in_group(_fid(metrics, "final"), group)
     out: dict[str, Any] = {"group": group, "baseline": None, "arms": {}, "comparisons": {}}
@@ -105,9 +115,59 @@ def compare_group(metrics: pd.DataFrame, group: str, baseline: Mapping[str, Any]
         stats[arm] = row
     for arm, p_adj in zip(stats, holm([r["p"] for r in stats.values()])):
         stats[arm]["p_adj"] = p_adj
+        stats[arm]["verdict"] = verdict(stats[arm]["ci_low"], stats[arm]["ci_high"], BETTER, p_adj)
     out["comparisons"] = stats
     out["seeds"] = sorted(by_arm[base])
     return out
+
+
+def study_comparisons(metrics: pd.DataFrame, *, base_batch: int | None = None,
+                      baselines: Mapping[str, tuple[Mapping[str, Any], str | None]] = GROUP_BASELINES
+                      ) -> dict[str, dict[str, Any]]:
+    """:func:`compare_group` for every group of ``metrics`` that has a baseline in ``baselines``.
+
+    Keyed by group, or ``"<group>/<column>=<value>"`` for a stratified group (each value of the
+    column compared on its own, e.g. ``schedules/schedule=cosine``). Groups without a known
+    baseline are left out."""
+    out: dict[str, dict[str, Any]] = {}
+    if not len(metrics) or "groups" not in metrics:
+        return out
+    present = sorted({g for gs in metrics["groups"].fillna("").astype(str) for g in gs.split(";") if g})
+    for group in present:
+        if group not in baselines:
+            continue
+        selector, column = baselines[group]
+        selector = _resolve(selector, _in_group(metrics, group), base_batch)
+        if column is None or column not in metrics:
+            out[group] = compare_group(metrics, group, selector)
+            continue
+        rows = _in_group(metrics, group)
+        for value in sorted(rows[column].dropna().astype(str).unique()):
+            sub = metrics[metrics[column].astype(str) == value]
+            out[f"{group}/{column}={value}"] = compare_group(sub, group, {**selector, column: value})
+    return out
+
+
+def interference_effect(analysis: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The slot-interference claim's effect from ``interference_control.json``
+    (:func:`timestep_lab.studies.interference.interference_vs_control`): the paired difference
+    over seeds of the mean off-diagonal relative loss change, slot fine-tune minus uniform control."""
+    if not analysis:
+        return None
+    return dict(analysis.get("off_diagonal") or {}) or None
+
+
+def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel") -> dict[str, Any] | None:
+    """The consistency claim's effect from ``consistency.json``: over the model pairs, the mean of
+    ``paired - unpaired`` sample distance (``space`` pixel or feature), with a 95% t-interval over
+    pairs (pairs share models, so the interval is optimistic; docs/methods.md §9.5)."""
+    pairs = [p for p in (analysis or {}).get("pairs", []) if p.get(space)]
+    if not pairs:
+        return None
+    res = paired([p[space]["unpaired"] for p in pairs], [p[space]["paired"] for p in pairs])
+    ratio = [p[space]["ratio"] for p in pairs if p[space].get("ratio") is not None]
+    return {**res.as_dict(), "p_adj": res.p, "units": f"{space} distance", "pairs": len(pairs),
+            "mean_ratio": sum(ratio) / len(ratio) if ratio else math.nan}
 
 
 @dataclass(frozen=True)
@@ -137,6 +197,18 @@ SPEED = "SpeeD (2405.17403)"
 ADAPTIVE = "Kim et al. 2024 (2411.09998)"
 CONSISTENCY = "Consistency (2404.07946)"
 UNIFORM = {"sampler": "uniform", "weighting": "none"}
+#: the consistency group's plain arm: no optimizer-schedule override (``_opt...``) and the base width (``_ch...``)
+CONSTANT_BASE = {"arm!~": ["_opt", "_ch"]}
+
+#: Per group: the baseline arm every other arm is compared with, and the column whose values are
+#: compared separately (``schedules``: uniform vs the others within each noise schedule).
+GROUP_BASELINES: dict[str, tuple[dict[str, Any], str | None]] = {
+    "sampler_comparison": (UNIFORM, None),
+    "schedules": ({"sampler": "uniform", "weighting": "none"}, "schedule"),
+    "prediction_types": ({"prediction": "eps"}, None),
+    "batch_size": ({"batch_size": "{base}"}, None),
+    "consistency": (CONSTANT_BASE, None),
+}
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("speed_faster", SPEED, "asymmetric sampling + change-aware weighting beats uniform at equal images",
@@ -151,10 +223,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("clts_faster", CONSISTENCY, "the curriculum timestep schedule (CLTS) beats uniform",
           group="sampler_comparison", arm={"sampler": "clts", "weighting": "none"}, baseline=UNIFORM,
           needs="groups.sampler_comparison with sampler clts"),
-    Claim("momentum_decay", CONSISTENCY, "decaying Adam's beta1 late in training lowers FID",
-          group="consistency", arm={"arm~": "momentum", "arm!~": "compensate"},
-          baseline={"arm!~": ["optim", "model"]},
-          needs="groups.consistency with a momentum_decay entry"),
+    Claim("momentum_decay", CONSISTENCY, "decaying Adam's beta1 during training lowers FID",
+          group="consistency", arm={"arm~": "momentum-decay", "arm!~": "compensate"}, baseline=CONSTANT_BASE,
+          needs="groups.consistency with momentum_decay entries (paired seeds)"),
+    Claim("momentum_decay_compensated", CONSISTENCY, "momentum decay with the SGD-style lr compensation "
+          "(lr falls with 1 - beta1: a confounded variant) lowers FID",
+          group="consistency", arm={"arm~": "compensate"}, baseline=CONSTANT_BASE,
+          needs="groups.consistency with momentum_decay entries with compensate: true"),
     Claim("mixed_heads", SEED, "a mixed x0/eps prediction head beats eps prediction",
           group="prediction_types", arm={"prediction": "mixed"}, baseline={"prediction": "eps"},
           needs="groups.prediction_types with prediction mixed"),
@@ -183,7 +258,9 @@ def _verdict_row(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -
     row = {"id": claim.id, "paper": claim.paper, "claim": claim.statement, **extra}
     if not effect or not effect.get("n"):
         return {**row, "verdict": "not run", "needs": claim.needs}
-    v = verdict(effect.get("ci_low", math.nan), effect.get("ci_high", math.nan), claim.expected_sign)
+    nan_if_none = lambda x: math.nan if x is None else x  # noqa: E731 - JSON null
+    v = verdict(nan_if_none(effect.get("ci_low", math.nan)), nan_if_none(effect.get("ci_high", math.nan)),
+                claim.expected_sign, nan_if_none(effect.get("p_adj", math.nan)))
     row.update({k: effect.get(k, math.nan) for k in ("n", "diff", "ci_low", "ci_high", "p_adj", "detectable")})
     row["verdict"] = v
     return row
@@ -206,7 +283,7 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
             continue
         baseline = _resolve(claim.baseline, final, base_batch)
         arms = select_arm(final, _resolve(claim.arm, final, base_batch))
-        key = (claim.group, tuple(sorted(baseline.items())))
+        key = (claim.group, repr(sorted(baseline.items())))
         if key not in cache:
             cache[key] = compare(metrics, claim.group, baseline)
         comp = cache[key]["comparisons"]

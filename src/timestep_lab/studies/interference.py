@@ -12,6 +12,18 @@ off-diagonal entries): the timesteps interfere.
 
 Slots are numbered from **1** in the output (``trained`` and ``evaluated``), the paper's and the
 config's (``analyses.slots.finetune``) convention.
+
+Against a control (:func:`interference_vs_control`, docs/methods.md §3.2): any fine-tuning at a
+given learning rate perturbs the model, so each seed ``s`` also fine-tunes the reference on
+*uniform* t with the same budget, learning rate and seed (same data order and noise). With
+``C_s[j] = (L_j(control_s) - L_j(reference)) / L_j(reference)`` the change the control makes,
+the excess change of training on slot k instead of on all t is
+
+    E_s[k, j] = M_s[k, j] - C_s[j] = (L_j(slot k, s) - L_j(control_s)) / L_j(reference)
+
+and the claim "training one slot raises the others" is the paired comparison over seeds of the
+mean off-diagonal ``M_s`` against the same mean of ``C_s`` (a 95% t-interval over seeds,
+:func:`timestep_lab.stats.paired`).
 """
 
 from __future__ import annotations
@@ -20,10 +32,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from timestep_lab.studies.profile import profile_per_t
+from timestep_lab.stats import json_safe, paired
+from timestep_lab.io import atomic_write_json, read_json
+from timestep_lab.studies.profile import load_profile, profile_per_t
 from timestep_lab.studies.slots import check_cover, slot_sums
 
-__all__ = ["interference_matrix"]
+__all__ = ["interference_matrix", "interference_vs_control", "write_interference_vs_control"]
 
 
 def interference_matrix(reference_profile: Mapping[str, Any], finetuned_profiles: Mapping[Any, Mapping[str, Any]],
@@ -92,3 +106,72 @@ def interference_matrix(reference_profile: Mapping[str, Any], finetuned_profiles
         "max_off_diagonal_increase": entry(max(off, key=lambda e: e[0]) if off else None),
         "mean_off_diagonal": float(np.mean([e[0] for e in off])) if off else None,
     }
+
+
+def interference_vs_control(reference_profile: Mapping[str, Any],
+                            finetuned: Mapping[Any, Mapping[Any, Mapping[str, Any]]],
+                            controls: Mapping[Any, Mapping[str, Any]], slots: Sequence[Sequence[int]], *,
+                            key: str = "eps_mse") -> dict[str, Any]:
+    """Interference relative to the uniform-t control, with 95% intervals over seeds (module docstring).
+
+    :param finetuned: ``{seed: {k: profile}}``, ``k`` the 1-based fine-tuned slot.
+    :param controls: ``{seed: profile}`` of the uniform-t fine-tune of the same seed.
+    :returns: JSON-safe ``{"key", "seeds", "trained", "evaluated", "slots", "definition",
+        "matrix" [[n] per trained slot] (mean over seeds of M), "control" [n] (mean of C),
+        "excess" [[{"diff", "ci_low", "ci_high", "n"}] per trained slot] (E per entry),
+        "off_diagonal" and "diagonal" (:class:`~timestep_lab.stats.Paired` dicts with ``p_adj`` =
+        ``p``: the mean off-diagonal / diagonal change, slot fine-tune vs control, paired by seed)}``.
+        Only seeds with both a control and every trained slot are used.
+    """
+    seeds = sorted({str(s) for s in finetuned} & {str(s) for s in controls}, key=_seed_order)
+    if not seeds:
+        raise ValueError("no seed has both slot fine-tunes and a uniform-t control")
+    fts = {str(s): v for s, v in finetuned.items()}
+    ctl = {str(s): v for s, v in controls.items()}
+    trained = sorted({int(k) for s in seeds for k in fts[s]})
+    seeds = [s for s in seeds if {int(k) for k in fts[s]} == set(trained)]
+    n = len(slots)
+    m, c = [], []  # per seed: M [k, n] and C [n]
+    for s in seeds:
+        res = interference_matrix(reference_profile, fts[s], slots, key=key)
+        ctrl = interference_matrix(reference_profile, {1: ctl[s]}, slots, key=key)["matrix"][0]
+        m.append(np.asarray(res["matrix"]))
+        c.append(np.asarray(ctrl))
+    m_arr, c_arr = np.stack(m), np.stack(c)  # [S, K, n], [S, n]
+    off = np.ones((len(trained), n), dtype=bool)
+    for i, k in enumerate(trained):
+        off[i, k - 1] = False
+    ctrl_k = np.broadcast_to(c_arr[:, None, :], m_arr.shape)  # C_s[j] for every trained k
+    excess = [[paired(ctrl_k[:, i, j], m_arr[:, i, j]).as_dict() for j in range(n)] for i in range(len(trained))]
+
+    def summary(mask: np.ndarray) -> dict[str, Any]:
+        res = paired(ctrl_k[:, mask].mean(axis=1), m_arr[:, mask].mean(axis=1)).as_dict()
+        return {**res, "p_adj": res["p"]}
+
+    return json_safe({
+        "key": key, "seeds": [_seed_order(s) for s in seeds], "trained": trained,
+        "evaluated": list(range(1, n + 1)), "slots": [[int(a), int(b)] for a, b in slots],
+        "definition": "E_s[k, j] = (L_j(fine-tuned on slot k, seed s) - L_j(uniform-t control, seed s)) / "
+                      "L_j(reference); off_diagonal: paired over seeds, mean_{k, j != k} M_s[k, j] vs C_s[j]",
+        "matrix": m_arr.mean(axis=0).tolist(), "control": c_arr.mean(axis=0).tolist(),
+        "excess": [[{k: e[k] for k in ("diff", "ci_low", "ci_high", "n")} for e in row] for row in excess],
+        "off_diagonal": summary(off), "diagonal": summary(~off),
+    })
+
+
+def _seed_order(seed: Any) -> Any:
+    try:
+        return int(seed)
+    except (TypeError, ValueError):
+        return seed
+
+
+def write_interference_vs_control(reference: str, finetuned: Mapping[Any, Mapping[Any, str]],
+                                  controls: Mapping[Any, str], slots: str, out: str) -> dict[str, Any]:
+    """:func:`interference_vs_control` from files: profile paths ``{seed: {k: path}}`` and
+    ``{seed: path}``, the slots JSON (``{"slots": [[lo, hi], ...]}``); writes ``out`` (JSON)."""
+    result = interference_vs_control(
+        load_profile(reference), {s: {k: load_profile(p) for k, p in ks.items()} for s, ks in finetuned.items()},
+        {s: load_profile(p) for s, p in controls.items()}, read_json(slots)["slots"])
+    atomic_write_json(out, result)
+    return result

@@ -4,12 +4,19 @@ Per optimizer step (global batch B = batch_gpu * rounds * world_size)::
 
     idx            = stream.next(B)                       # shuffled epochs, resumable
     x0             = loader.batch(idx)                    # [B, C, H, W] in [-1, 1]
-    t, w_is        = sampler.sample(B, gen, x0)           # timesteps, importance weights
-    eps            ~ N(0, I)
+    t, w_is        = sampler.sample(B, gen.t, x0)         # timesteps, importance weights
+    eps            ~ N(0, I)                              # from gen.noise
     x_t            = sqrt(ab_t) x0 + sqrt(1 - ab_t) eps
     l_i            = prediction.loss(f(x_t, t), ...)      # per-sample, unweighted
     L              = mean_i( w_is_i * w(t_i) * l_i )      # w: loss weighting table [T]
     grad step (clip), EMA update, sampler update(t, l)
+
+Paired runs (common random numbers, docs/methods.md §9.1): the data order (``IndexStream``,
+seeded by ``train.seed``), the flips, the timesteps and the noise come from separate streams
+derived from ``train.seed`` (:class:`StepGenerators`), and the network is initialised from
+``train.seed`` before anything else draws. So for one seed every arm of a group starts from the
+same weights and sees the same images, flips and noise ``eps`` at every step; only ``t`` (and
+what the arm's sampler does with it) differs, however many numbers the sampler draws.
 
 Every rank draws the *global* batch (indices, flips, t, noise) from the same generators and
 keeps its own shard, so N processes compute exactly the loss of one process on the same
@@ -43,7 +50,7 @@ from timestep_lab.optim import EMA, make_optimizer, make_schedule
 from timestep_lab.predictions import Prediction
 from timestep_lab.train.monitor import Accumulators, NonFiniteGuard, bin_of
 
-__all__ = ["StepOutput", "TrainStep", "build_train_step"]
+__all__ = ["StepGenerators", "StepOutput", "TrainStep", "build_train_step"]
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +80,9 @@ def _vlb_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Predicti
             with autocast():
                 out = model(x_t, t)
             x0_hat, _ = prediction.estimates(out, x_t, t, diffusion)
-            return diffusion.vlb_terms(x0, x_t, t, x0_hat.clamp(-1, 1))
+            # as the adaptive sampler's official code: the x0 estimate unclipped and the KL term
+            # at t = 0 (docs/methods.md §1.4); clipping shrinks the terms at large t up to 100x
+            return diffusion.vlb_terms(x0, x_t, t, x0_hat, t0_term="kl")
         finally:
             model.train(was_training)
 
@@ -92,6 +101,36 @@ def _compile(model: nn.Module, enabled: bool) -> nn.Module:
     except Exception as exc:  # noqa: BLE001 - any backend failure falls back to eager
         log.warning("torch.compile failed (%s); training eagerly", exc)
         return model
+
+
+class StepGenerators:
+    """The step's random streams, each a ``torch.Generator`` on the device derived from the run seed:
+    ``data`` (horizontal flips; the order of images is :class:`IndexStream`'s), ``t`` (the timestep
+    sampler) and ``noise`` (``eps`` of ``q_sample``).
+
+    One stream per purpose makes runs *paired*: an arm whose sampler draws more or fewer numbers
+    than uniform's (a Beta sampler draws 16 per sample, inverse-CDF 1) shifts only its own ``t``
+    stream, never the noise or flips. ``get_state``/``set_state`` save and restore all three
+    (the resume checkpoint's ``generator`` field: ``{"data", "t", "noise"}`` byte tensors).
+    """
+
+    STREAMS = ("data", "t", "noise")
+
+    def __init__(self, seed: int, device: torch.device | str = "cpu") -> None:
+        # offsets keep the streams apart from each other and from the network initialisation
+        # (torch.manual_seed(seed)); seed + 1 is the data stream, as the single generator was
+        self.data, self.t, self.noise = (torch.Generator(device=device).manual_seed(int(seed) + k)
+                                         for k in (1, 2, 3))
+
+    def get_state(self) -> dict[str, Tensor]:
+        return {k: getattr(self, k).get_state() for k in self.STREAMS}
+
+    def set_state(self, state: dict[str, Tensor]) -> None:
+        if not isinstance(state, dict) or set(state) != set(self.STREAMS):
+            raise ValueError("the checkpoint holds one generator state, from before paired runs (separate data, t "
+                             "and noise streams): delete its train_state/ folder and train the run again")
+        for k in self.STREAMS:
+            getattr(self, k).set_state(state[k])
 
 
 @dataclass
@@ -134,7 +173,7 @@ class TrainStep:
     schedule: Any  # OptimSchedule
     ema: EMA
     stream: IndexStream
-    gen: torch.Generator  # flips, t, noise (on the device)
+    gen: StepGenerators  # flips, t, noise: separate streams (on the device)
     acc: Accumulators
     guard: NonFiniteGuard
     batch_gpu: int
@@ -162,9 +201,9 @@ class TrainStep:
 
         # Draw the global batch; keep this rank's shard.
         idx = self.stream.next(B)
-        x0_all = self.loader.batch(idx, self.gen)
-        t_all, w_all = self.sampler.sample(B, self.gen, x0=x0_all)
-        noise_all = torch.randn(x0_all.shape, generator=self.gen, device=self.device)
+        x0_all = self.loader.batch(idx, self.gen.data)
+        t_all, w_all = self.sampler.sample(B, self.gen.t, x0=x0_all)
+        noise_all = torch.randn(x0_all.shape, generator=self.gen.noise, device=self.device)
         if self.channels_last:
             x0_all, noise_all = (z.contiguous(memory_format=torch.channels_last) for z in (x0_all, noise_all))
         context = dict(step=self.steps_done, nimg=self.nimg, x0=x0_all, vlb_fn=self.vlb_fn, gather=self.world.gather,
@@ -294,7 +333,7 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
     schedule = make_schedule(cfg.optim)
     ema = EMA(net, tc.ema_halflife_kimg, tc.ema_rampup_ratio)
     stream = IndexStream(len(data), seed=tc.seed)
-    gen = torch.Generator(device=device).manual_seed(tc.seed + 1)  # flips, t, noise
+    gen = StepGenerators(tc.seed, device)  # flips, t, noise: one stream each (paired arms)
 
     ddp = None
     if world.distributed:

@@ -2,8 +2,11 @@
 
 Reads ``results/<study>/runs/<run>/{train_log.jsonl, metrics.json, fid_progress.json}`` and writes
 ``metrics.csv`` (one row per run x stage x images seen x metric x tool, with the measuring
-protocol), ``runs.csv`` and ``summary.json`` (DVC metrics: final FID per group variant, mean over
-seeds, and the sampler comparison's speed-ups).
+protocol and the run's ``arm`` = its id without the seed), ``runs.csv`` and ``summary.json``
+(DVC metrics: final FID per group variant over seeds, and per group the paired comparisons of
+every arm with the group's baseline: difference, 95% interval, Holm-adjusted p, verdict,
+detectable effect, censored speed-up; docs/methods.md §9). :func:`write_verdicts` turns the
+table and the analyses' outputs into ``verdicts.json``, one verdict per paper claim.
 
 Needs pandas, so the Snakefile imports it only inside the ``collect`` job, never at DAG build.
 Knows nothing of how runs are trained or scored: only the files they leave.
@@ -18,10 +21,17 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from timestep_lab.io import atomic_path, atomic_write_json
-from timestep_lab.studies.comparison import speedups
+from timestep_lab.io import atomic_path, atomic_write_json, read_json
+from timestep_lab.stats import json_safe
+from timestep_lab.verdicts import (
+    arm_of,
+    consistency_effect,
+    interference_effect,
+    judge_claims,
+    study_comparisons,
+)
 
-__all__ = ["collect", "summarize"]
+__all__ = ["collect", "summarize", "write_verdicts", "load_tables"]
 
 
 def _median_step_time(log_records: list[dict]) -> float | None:
@@ -40,7 +50,8 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
     root = Path(results_dir) / "runs"
     for rid, info in runs.items():
         axes, groups = info["axes"], info["groups"]
-        base = {"run": rid, **axes, "groups": ";".join(groups), **info.get("columns", {})}
+        base = {"run": rid, "arm": arm_of(rid, axes.get("seed")), **axes, "groups": ";".join(groups),
+                **info.get("columns", {})}
         rdir = root / rid
         log_file = rdir / "train_log.jsonl"
         log = [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
@@ -70,7 +81,8 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
     for df, path in ((metrics, metrics_csv), (table, runs_csv)):
         with atomic_path(path, suffix=".csv") as tmp:
             df.to_csv(tmp, index=False)
-    atomic_write_json(summary_json, summarize(metrics, table))
+    ref = runs.get("reference") or {}
+    atomic_write_json(summary_json, summarize(metrics, table, base_batch=(ref.get("axes") or {}).get("batch_size")))
 
 
 def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,9 +97,11 @@ def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def summarize(metrics: pd.DataFrame, runs: pd.DataFrame) -> dict[str, Any]:
-    """Headline numbers: per group and variant, the final FID (torch-fidelity) mean/std over the
-    seeds of runs that finished (diverged or missing runs are listed in ``failed_runs`` instead)."""
+def summarize(metrics: pd.DataFrame, runs: pd.DataFrame, *, base_batch: int | None = None) -> dict[str, Any]:
+    """Per group and variant, the final FID (torch-fidelity) mean/std over the seeds of runs that
+    finished (diverged or missing runs are listed in ``failed_runs`` instead), and ``comparisons``:
+    :func:`timestep_lab.verdicts.study_comparisons` (paired by seed; strict JSON, NaN -> null).
+    ``base_batch`` is the study's base batch size (the batch_size group's baseline)."""
     out: dict[str, Any] = {"runs": int(len(runs)), "failed_runs": []}
     if len(runs):
         out["failed_runs"] = sorted(runs.loc[~runs["status"].isin(["ok", "unscored"]), "run"].tolist())
@@ -119,13 +133,41 @@ def summarize(metrics: pd.DataFrame, runs: pd.DataFrame) -> dict[str, Any]:
                        ("label", "tool", "tool_version", "feature_extractor", "num_generated", "num_reference",
                         "method", "steps", "ema")}
     out["protocol"] = {k: (v.item() if hasattr(v, "item") else v) for k, v in out["protocol"].items()}
-    # speed-up to uniform's final FID, per variant of the sampler comparison (mean curve over seeds)
-    prog = metrics[(metrics["stage"] == "progress") & (metrics["metric"] == "fid") & (metrics["tool"] == tool)]
-    prog = prog[prog["groups"].fillna("").str.split(";").apply(lambda g: "sampler_comparison" in g)]
-    if len(prog):
-        curves = {}
-        for variant, df in prog.assign(variant=prog["sampler"] + "+" + prog["weighting"]).groupby("variant"):
-            mean = df.groupby("kimg")["value"].mean()
-            curves[variant] = (mean.index.tolist(), mean.tolist())
-        out["speedup"] = {k: (None if v != v else v) for k, v in speedups(curves, "uniform+none").items()}
+    # paired comparisons per group; the speed-ups in them are per seed and censored (no mean-curve
+    # speed-up here: it hid the spread over seeds and the progress-point spacing)
+    if "arm" in metrics:
+        out["comparisons"] = json_safe(study_comparisons(metrics[metrics["tool"] == tool], base_batch=base_batch))
     return out
+
+
+def load_tables(metrics_csv: str, runs_csv: str | None = None) -> pd.DataFrame:
+    """``metrics.csv`` without the rows of failed runs (named in ``runs.csv``'s ``status``)."""
+    metrics = pd.read_csv(metrics_csv) if Path(metrics_csv).stat().st_size > 1 else pd.DataFrame()
+    if runs_csv and len(metrics) and Path(runs_csv).stat().st_size > 1:
+        runs = pd.read_csv(runs_csv)
+        if "status" in runs:
+            failed = runs.loc[~runs["status"].isin(["ok", "unscored"]), "run"]
+            metrics = metrics[~metrics["run"].isin(failed)]
+    return metrics
+
+
+def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = None, interference: str | None = None,
+                   consistency: str | None = None, base_batch: int | None = None, study: str = "") -> dict[str, Any]:
+    """``verdicts.json``: :func:`timestep_lab.verdicts.judge_claims` over the collected metrics and
+    the analyses' outputs (``interference_control.json``, ``consistency.json``; absent -> "not run")."""
+    metrics = load_tables(metrics_csv, runs_csv)
+    analyses = {}
+    if interference and Path(interference).exists():
+        analyses["interference"] = interference_effect(read_json(interference))
+    if consistency and Path(consistency).exists():
+        analyses["consistency"] = consistency_effect(read_json(consistency))
+    result = json_safe({
+        "study": study,
+        "interval": "95% Student-t interval of the mean paired difference over seeds (arm - baseline)",
+        "verdict_rule": "reproduced / contradicted: the interval excludes 0 on the claimed / the other side and "
+                        "the Holm-adjusted p < 0.05; inconclusive otherwise (detectable: smallest difference "
+                        "found with 80% power at this n); not run: the study lacks the runs",
+        "claims": judge_claims(metrics, analyses, base_batch=base_batch),
+    })
+    atomic_write_json(out_json, result)
+    return result

@@ -2,7 +2,11 @@
 
 * ``reference``: the "pretrained" model of the seed paper's analyses (``reference.overrides``
   over ``base``), unless ``reference.pretrained`` points at a checkpoint;
-* ``finetune_slot<k>``: the reference fine-tuned on slot k only (``analyses.slots``);
+* ``finetune_slot<k>[_s<seed>]``: the reference fine-tuned on slot k only, and its control
+  ``finetune_uniform[_s<seed>]``: the same fine-tuning (budget, learning rate, seed) on uniform t
+  (``analyses.slots``; one of each per seed of ``analyses.slots.seeds``, the reference's seed
+  without the suffix). A fine-tune and the control of one seed are paired: same data order and
+  noise (docs/methods.md §3.2, §9.1);
 * ``toward_zero_from-<run>``: the small-batch run retrained with the ``toward_zero`` sampler
   (``analyses.batch_size``).
 
@@ -33,7 +37,7 @@ from timestep_lab.workflow.runs import (
     run_id,
 )
 
-__all__ = ["study_runs", "reference_run", "contribution_ranges", "check_spelling"]
+__all__ = ["study_runs", "reference_run", "finetune_runs", "contribution_ranges", "check_spelling"]
 
 # retired study-config keys -> the analysis section that now takes ``overrides: {train.total_kimg: N}``
 _RETIRED = {("slots", "finetune_kimg"): "analyses.slots", ("batch_size", "toward_zero_kimg"): "analyses.batch_size"}
@@ -91,15 +95,7 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
     analyses = study.get("analyses") or {}
     ref = reference_run(study, source)
     runs["reference"] = ref
-    slots = analyses.get("slots") or {}
-    for k in slots.get("finetune", []):
-        n = slots.get("n_slots", 10)
-        if not 1 <= k <= n:
-            raise ConfigError(f"{source}: analyses.slots.finetune: slot {k} is outside 1..n_slots={n} (1-based)")
-        cfg = _derived_config(ref.config, {"timesteps": {"name": "slots", "params": {"active": [k]}}}, slots,
-                              f"{source}: analyses.slots")
-        runs[f"finetune_slot{k}"] = Run(f"finetune_slot{k}", ref.axes, cfg, (), "reference",
-                                        extra={"slots_file": "analyses/slots.json", "slot": k})
+    runs.update(finetune_runs(study, ref, source))
     bs = analyses.get("batch_size") or {}
     if bs:
         small_axes = {**default_axes(study), "batch_size": bs.get("small", 16)}
@@ -121,6 +117,37 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
                 runs[rid] = Run(rid, run.axes, {**run.config, "model": dict(model)}, run.groups, run.init_from,
                                 run.progress, run.extra)
     return runs
+
+
+def finetune_runs(study: Mapping[str, Any], ref: Run, source: str = "study") -> dict[str, Run]:
+    """The slot fine-tunes and their uniform-t controls (module docstring), keyed by id.
+
+    ``extra``: ``slot`` (1-based; absent for a control), ``seed``, ``control`` (True for the
+    uniform-t control) and ``slots_file`` (the slot ranges, read when the job runs)."""
+    slots = (study.get("analyses") or {}).get("slots") or {}
+    where = f"{source}: analyses.slots"
+    ks = list(slots.get("finetune", []))
+    if not ks:
+        return {}
+    n = slots.get("n_slots", 10)
+    for k in ks:
+        if not 1 <= k <= n:
+            raise ConfigError(f"{where}.finetune: slot {k} is outside 1..n_slots={n} (1-based)")
+    ref_seed = ref.axes.get("seed", 0)
+    seeds = list(slots.get("seeds") or [ref_seed])
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{where}.seeds: {seeds} repeats a seed")
+    out: dict[str, Run] = {}
+    for seed in seeds:
+        suffix = "" if seed == ref_seed else f"_s{seed}"
+        axes = {**ref.axes, "seed": seed}
+        arms = [(f"finetune_slot{k}{suffix}", {"name": "slots", "params": {"active": [k]}}, {"slot": k,
+                 "slots_file": "analyses/slots.json"}) for k in ks]
+        arms.append((f"finetune_uniform{suffix}", {"name": "uniform"}, {"control": True}))
+        for rid, sampler, extra in arms:
+            cfg = _derived_config(ref.config, {"timesteps": sampler, "train": {"seed": seed}}, slots, where)
+            out[rid] = Run(rid, axes, cfg, (), "reference", extra={**extra, "seed": seed})
+    return out
 
 
 def contribution_ranges(study: Mapping[str, Any]) -> dict[str, tuple[int, int] | None]:
