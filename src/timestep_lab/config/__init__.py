@@ -9,6 +9,7 @@ The package imports nothing from ``timestep_lab`` but :mod:`timestep_lab.io`, an
 Snakefile imports it when it builds the DAG.
 """
 
+from timestep_lab.config import schema
 from timestep_lab.config.convert import config_from_dict, config_to_dict, dataclass_from_mapping
 from timestep_lab.config.load import (
     apply_overrides,
@@ -33,16 +34,7 @@ from timestep_lab.config.schema import (
 )
 
 __all__ = [
-    "ConfigError",
-    "ComponentConfig",
-    "DataConfig",
-    "ModelConfig",
-    "DiffusionConfig",
-    "OptimConfig",
-    "TrainConfig",
-    "SampleConfig",
-    "EvalConfig",
-    "RunConfig",
+    *schema.__all__,
     "load_yaml",
     "load_config",
     "config_from_dict",

@@ -1,0 +1,68 @@
+"""Reading a prepared folder, and the uint8 <-> [-1, 1] pixel conversions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from timestep_lab.data.raw import DataError
+from timestep_lab.io import read_json, sha256_file
+
+__all__ = ['PreparedData', 'to_float', 'to_uint8']
+
+
+class PreparedData:
+    """A prepared folder: ``images`` (uint8 NHWC, memory-mapped), ``labels`` and ``manifest``.
+
+    :param verify: also check the sha256 of ``images.npy`` against the manifest (reads the file).
+    """
+
+    def __init__(self, path: str | Path, verify: bool = False):
+        self.path = Path(path)
+        manifest_file = self.path / "manifest.json"
+        if not self.path.is_dir():
+            raise DataError(f"{self.path}: prepared data folder not found (run `python -m timestep_lab prepare`)")
+        if not manifest_file.is_file():
+            raise DataError(f"{manifest_file}: manifest missing; the folder was not prepared completely")
+        self.manifest = read_json(manifest_file)
+        images_file = self.path / "images.npy"
+        try:
+            self.images = np.load(images_file, mmap_mode="r")
+        except FileNotFoundError:
+            raise DataError(f"{images_file}: image array missing") from None
+        except (ValueError, OSError) as exc:
+            raise DataError(f"{images_file}: unreadable image array ({exc})") from None
+        expected = (self.manifest.get("count"), *self.manifest.get("shape", []))
+        if self.images.dtype != np.uint8 or tuple(self.images.shape) != tuple(expected):
+            raise DataError(f"{images_file}: array is {self.images.dtype}{list(self.images.shape)}, "
+                            f"manifest says uint8{list(expected)}")
+        if verify and sha256_file(images_file) != self.manifest.get("images_sha256"):
+            raise DataError(f"{images_file}: sha256 does not match {manifest_file}; the file is corrupted or was changed")
+        labels_file = self.path / "labels.npy"
+        self.labels = np.load(labels_file) if labels_file.is_file() else None
+        if self.labels is not None and self.labels.shape != (len(self.images),):
+            raise DataError(f"{labels_file}: {list(self.labels.shape)} labels for {len(self.images)} images")
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def resolution(self) -> int:
+        return int(self.images.shape[1])
+
+    @property
+    def channels(self) -> int:
+        return int(self.images.shape[3])
+
+
+def to_float(images_nchw_uint8: Tensor) -> Tensor:
+    """uint8 [0, 255] -> float32 [-1, 1]: ``x / 127.5 - 1``."""
+    return images_nchw_uint8.float().div_(127.5).sub_(1.0)
+
+
+def to_uint8(x: Tensor) -> Tensor:
+    """float [-1, 1] -> uint8 [0, 255] (rounded, clamped)."""
+    return ((x.float() + 1.0) * 127.5).round_().clamp_(0, 255).to(torch.uint8)
