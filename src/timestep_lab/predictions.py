@@ -49,6 +49,9 @@ class Prediction:
     heads: int = 1
     space: str = "eps"
 
+    def __init__(self, _params=None, **_):  # the registry passes params and the run's context
+        pass
+
     def loss(self, out: Tensor, x0: Tensor, eps: Tensor, x_t: Tensor, t: Tensor, diffusion: GaussianDiffusion) -> LossOutput:
         raise NotImplementedError
 
@@ -60,9 +63,6 @@ class Prediction:
 @PREDICTIONS.register("eps")
 class EpsPrediction(Prediction):
     name = space = "eps"
-
-    def __init__(self, _params=None, **_):
-        pass
 
     def loss(self, out, x0, eps, x_t, t, diffusion):
         return LossOutput(mean_flat((out.float() - eps) ** 2))
@@ -76,9 +76,6 @@ class EpsPrediction(Prediction):
 class X0Prediction(Prediction):
     name = space = "x0"
 
-    def __init__(self, _params=None, **_):
-        pass
-
     def loss(self, out, x0, eps, x_t, t, diffusion):
         return LossOutput(mean_flat((out.float() - x0) ** 2))
 
@@ -90,9 +87,6 @@ class X0Prediction(Prediction):
 @PREDICTIONS.register("v")
 class VPrediction(Prediction):
     name = space = "v"
-
-    def __init__(self, _params=None, **_):
-        pass
 
     def loss(self, out, x0, eps, x_t, t, diffusion):
         return LossOutput(mean_flat((out.float() - diffusion.v_from_x0_eps(x0, t, eps)) ** 2))

@@ -45,11 +45,13 @@ def finite_difference(y: Tensor) -> Tensor:
 
 
 class Weighting:
-    """A fixed per-timestep weight. ``space`` is the loss space the formula is defined in."""
+    """A fixed per-timestep weight. ``space`` is the loss space the formula is defined in;
+    ``p`` holds the entry's parameters (its registry dataclass)."""
 
     space = "native"
 
-    def __init__(self, alpha_bar: Tensor, prediction: str):
+    def __init__(self, params: object, *, alpha_bar: Tensor, prediction: str = "eps"):
+        self.p = params
         self.alpha_bar = alpha_bar.double()
         self.snr = self.alpha_bar / (1.0 - self.alpha_bar)
         self.prediction_space = {"mixed": "x0"}.get(prediction, prediction)
@@ -71,9 +73,6 @@ class Weighting:
 
 @WEIGHTINGS.register("none", NoParams)
 class NoWeighting(Weighting):
-    def __init__(self, params: NoParams, *, alpha_bar: Tensor, prediction: str = "eps"):
-        super().__init__(alpha_bar, prediction)
-
     def formula(self) -> Tensor:
         return torch.ones_like(self.alpha_bar)
 
@@ -94,12 +93,11 @@ class SpeedWeightParams:
 @WEIGHTINGS.register("speed", SpeedWeightParams)
 class SpeedWeighting(Weighting):
     def __init__(self, params: SpeedWeightParams, *, alpha_bar: Tensor, prediction: str = "eps"):
-        self.p = params
         T = alpha_bar.numel()
         self.tau = round(0.7 * T) if params.tau is None else params.tau
         if self.tau > T:
             raise ValueError(f"tau must be <= T={T}, got {self.tau}")
-        super().__init__(alpha_bar, prediction)
+        super().__init__(params, alpha_bar=alpha_bar, prediction=prediction)
 
     def formula(self) -> Tensor:
         g = finite_difference(1.0 - self.alpha_bar)
@@ -121,12 +119,8 @@ class MinSnrParams:
 class MinSnrWeighting(Weighting):
     space = "eps"
 
-    def __init__(self, params: MinSnrParams, *, alpha_bar: Tensor, prediction: str = "eps"):
-        self.gamma = params.gamma
-        super().__init__(alpha_bar, prediction)
-
     def formula(self) -> Tensor:
-        return self.snr.clamp(max=self.gamma) / self.snr
+        return self.snr.clamp(max=self.p.gamma) / self.snr
 
 
 @dataclass(frozen=True)
@@ -142,10 +136,6 @@ class P2Params:
 @WEIGHTINGS.register("p2", P2Params)
 class P2Weighting(Weighting):
     space = "eps"
-
-    def __init__(self, params: P2Params, *, alpha_bar: Tensor, prediction: str = "eps"):
-        self.p = params
-        super().__init__(alpha_bar, prediction)
 
     def formula(self) -> Tensor:
         return 1.0 / (self.p.k + self.snr) ** self.p.gamma
@@ -163,13 +153,9 @@ class EdmParams:
 class EdmWeighting(Weighting):
     space = "x0"
 
-    def __init__(self, params: EdmParams, *, alpha_bar: Tensor, prediction: str = "eps"):
-        self.sigma_data = params.sigma_data
-        super().__init__(alpha_bar, prediction)
-
     def formula(self) -> Tensor:
         sigma2 = (1.0 - self.alpha_bar) / self.alpha_bar
-        sd2 = self.sigma_data**2
+        sd2 = self.p.sigma_data**2
         return (sigma2 + sd2) / (sigma2 * sd2)
 
 

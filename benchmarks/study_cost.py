@@ -1,0 +1,60 @@
+"""What a finished study cost, per rule: CPU-s, wall-s, max RSS, and the share spent starting processes.
+
+    python benchmarks/study_cost.py results/digits            # a table per rule and a total line
+    python benchmarks/study_cost.py results/smoke --json cost.json
+
+Reads the Snakemake benchmark file every rule writes (results/<study>/benchmarks/<rule>/*.tsv;
+timestep_lab.workflow.cost). The start-up share is measured here, in this run: the CPU time of
+starting one job process the way a job starts (the interpreter and the imports every command
+pays: torch, torchvision, torch-fidelity, clean-fid and the CLI), the minimum over a few starts,
+times the number of jobs that started a process (rules not declared `localrules:`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+from timestep_lab.workflow.cost import format_cost, local_rules, study_cost
+
+ROOT = Path(__file__).resolve().parents[1]
+STARTUP = "import torch, torchvision, torch_fidelity, cleanfid, timestep_lab.cli"
+
+
+def startup_cpu_seconds(code: str = STARTUP, repeats: int = 3) -> float:
+    """CPU seconds (user + system) of ``python -c code`` in a child process, the minimum of ``repeats``."""
+    best = float("inf")
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-c", code], check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best = min(best, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results_dir", type=Path, help="a finished study's results folder, e.g. results/digits")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    p.add_argument("--no-startup", action="store_true", help="skip measuring the start-up cost")
+    args = p.parse_args(argv)
+    try:
+        costs = study_cost(args.results_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    local = local_rules(sorted((ROOT / "workflow" / "rules").glob("*.smk")))
+    startup = None if args.no_startup else startup_cpu_seconds()
+    print(format_cost(costs, startup_cpu_s=startup, local=local))
+    if args.json:
+        args.json.write_text(json.dumps({"rules": [c.as_dict() for c in costs.values()],
+                                         "startup_cpu_s_per_job": startup, "local_rules": sorted(local)}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

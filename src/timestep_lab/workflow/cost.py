@@ -1,0 +1,134 @@
+"""What a finished study cost, per rule, from Snakemake's per-job benchmark files.
+
+Every rule of the workflow declares ``benchmark: results/<study>/benchmarks/<rule>/<job>.tsv``.
+Snakemake writes one tab-separated row per execution of the job with (among others) the
+columns ``s`` (wall seconds), ``max_rss`` (MiB, the peak resident set of the job's process
+tree) and ``cpu_time`` (CPU seconds, user + system, of that tree). This module reads them back
+and sums them per rule (the folder name) and over the study:
+
+    cpu_s(rule) = sum_jobs cpu_time      wall_s(rule) = sum_jobs s      max_rss(rule) = max_jobs max_rss
+
+A job that ran more than once (``--benchmark-repeats``) counts with the mean of its rows.
+Snakemake samples a job's processes every 0.5 s for its first 15 s, then every 30 s, and CPU
+spent after the last sample is not seen: ``cpu_time`` of a job longer than 15 s is a lower bound
+(by at most 30 s of CPU per job), and a job shorter than the first sample reads ``NA`` (counted
+as 0 here, its wall time still counts).
+Standard library only: ``benchmarks/study_cost.py`` and the study index both use it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+__all__ = ["RuleCost", "read_benchmark", "study_cost", "local_rules", "format_cost"]
+
+
+@dataclass
+class RuleCost:
+    """Summed cost of one rule's jobs (CPU and wall in seconds, RSS in MiB)."""
+
+    rule: str
+    jobs: int = 0
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    max_rss_mb: float = 0.0
+    job_ids: list[str] = field(default_factory=list)
+
+    def add(self, job: str, row: Mapping[str, float]) -> None:
+        self.jobs += 1
+        self.job_ids.append(job)
+        self.cpu_s += _finite(row.get("cpu_time"))
+        self.wall_s += _finite(row.get("s"))
+        self.max_rss_mb = max(self.max_rss_mb, _finite(row.get("max_rss")))
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {"rule": self.rule, "jobs": self.jobs, "cpu_s": round(self.cpu_s, 2), "wall_s": round(self.wall_s, 2),
+                "max_rss_mb": round(self.max_rss_mb, 1)}
+
+
+def _finite(x: float | None) -> float:
+    return x if x is not None and math.isfinite(x) else 0.0
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:  # "NA" (a job too short to sample), "-"
+        return math.nan
+
+
+def read_benchmark(path: str | Path) -> dict[str, float]:
+    """One benchmark TSV -> ``{column: value}``, the mean over its rows (NaN where never measured).
+
+    :raises ValueError: naming the file when it has no header or no data row."""
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh, delimiter="\t"))
+    if len(rows) < 2:
+        raise ValueError(f"{path}: not a Snakemake benchmark file (header and at least one row expected)")
+    header, body = rows[0], rows[1:]
+    out: dict[str, float] = {}
+    for i, name in enumerate(header):
+        values = [_number(r[i]) for r in body if i < len(r)]
+        finite = [v for v in values if math.isfinite(v)]
+        out[name] = sum(finite) / len(finite) if finite else math.nan
+    return out
+
+
+def study_cost(results_dir: str | Path) -> dict[str, RuleCost]:
+    """Every ``<results_dir>/benchmarks/<rule>/**/*.tsv``, summed per rule (sorted by CPU, largest first).
+
+    :raises FileNotFoundError: when the study has no benchmark folder (not run, or run before the
+        rules declared benchmarks)."""
+    root = Path(results_dir) / "benchmarks"
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no benchmark files; run the study first (every rule writes one)")
+    costs: dict[str, RuleCost] = {}
+    for rule_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        cost = RuleCost(rule_dir.name)
+        for tsv in sorted(rule_dir.rglob("*.tsv")):
+            cost.add(tsv.relative_to(rule_dir).with_suffix("").as_posix(), read_benchmark(tsv))
+        if cost.jobs:
+            costs[cost.rule] = cost
+    return dict(sorted(costs.items(), key=lambda kv: -kv[1].cpu_s))
+
+
+_LOCALRULES = re.compile(r"^localrules:\s*\n((?:[ \t]+[\w, \t]+\n?)+)", re.M)
+
+
+def local_rules(rule_files: Iterable[str | Path]) -> set[str]:
+    """Rule names declared in ``localrules:`` blocks: they run inside Snakemake's own process, so a
+    job of theirs starts no new Python process."""
+    names: set[str] = set()
+    for path in rule_files:
+        for block in _LOCALRULES.findall(Path(path).read_text()):
+            names.update(n for n in re.split(r"[\s,]+", block) if n)
+    return names
+
+
+def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = None,
+                local: Iterable[str] = ()) -> str:
+    """A fixed-width table: rule, jobs, CPU-s, wall-s, max RSS, share of the study's CPU; then a total
+    line. With ``startup_cpu_s`` (the CPU of starting one job's process: interpreter and imports,
+    measured by the caller) a last line gives the share of the study's CPU spent starting processes:
+    ``startup_cpu_s x (jobs not in local)`` / total CPU."""
+    total_cpu = sum(c.cpu_s for c in costs.values())
+    lines = [f"{'rule':<24} {'jobs':>5} {'CPU-s':>9} {'wall-s':>9} {'max RSS MiB':>12} {'CPU share':>9}"]
+    for c in costs.values():
+        share = c.cpu_s / total_cpu if total_cpu else math.nan
+        lines.append(f"{c.rule:<24} {c.jobs:>5} {c.cpu_s:>9.1f} {c.wall_s:>9.1f} {c.max_rss_mb:>12.0f} {share:>9.1%}")
+    jobs = sum(c.jobs for c in costs.values())
+    lines.append(f"{'total':<24} {jobs:>5} {total_cpu:>9.1f} {sum(c.wall_s for c in costs.values()):>9.1f} "
+                 f"{max((c.max_rss_mb for c in costs.values()), default=0):>12.0f} {1 if total_cpu else math.nan:>9.1%}")
+    if startup_cpu_s is not None:
+        local = set(local)
+        started = sum(c.jobs for c in costs.values() if c.rule not in local)
+        spent = started * startup_cpu_s
+        share = spent / total_cpu if total_cpu else math.nan
+        lines.append(f"start-up: {started} job processes x {startup_cpu_s:.2f} CPU-s (python + imports, measured) "
+                     f"= {spent:.0f} CPU-s, {share:.0%} of the study's CPU")
+    return "\n".join(lines)

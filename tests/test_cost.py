@@ -1,0 +1,92 @@
+"""Per-rule study cost from Snakemake benchmark files (timestep_lab.workflow.cost, benchmarks/study_cost.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from timestep_lab.workflow.cost import format_cost, local_rules, read_benchmark, study_cost
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def _bench(path: Path, *rows: tuple) -> None:
+    """A benchmark file in Snakemake's own format: header, then (s, max_rss, cpu_time) rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEADER + "".join(f"{s}\t0:00:0{int(s) % 10}\t{rss}\t900.0\t80.0\t81.0\t0.1\t0.2\t50.0\t{cpu}\n"
+                                     for s, rss, cpu in rows))
+
+
+def _study(tmp_path: Path) -> Path:
+    res = tmp_path / "results" / "toy"
+    _bench(res / "benchmarks" / "train" / "a.tsv", (10.0, 300.0, 9.5))
+    _bench(res / "benchmarks" / "train" / "b.tsv", (12.0, 320.0, 11.5))
+    _bench(res / "benchmarks" / "evaluate" / "a.tsv", (4.0, 500.0, 3.0), (6.0, 480.0, 5.0))  # two repeats: mean
+    _bench(res / "benchmarks" / "collect" / "all.tsv", (0.2, "NA", "NA"))  # too short to sample
+    return res
+
+
+def test_costs_sum_per_rule_and_take_the_mean_of_repeats(tmp_path):
+    costs = study_cost(_study(tmp_path))
+    assert list(costs) == ["train", "evaluate", "collect"]  # by CPU, largest first
+    train, ev, col = costs["train"], costs["evaluate"], costs["collect"]
+    assert (train.jobs, train.cpu_s, train.wall_s, train.max_rss_mb) == (2, 21.0, 22.0, 320.0)
+    assert (ev.jobs, ev.cpu_s, ev.wall_s, ev.max_rss_mb) == (1, 4.0, 5.0, 490.0)
+    assert (col.jobs, col.cpu_s, col.wall_s) == (1, 0.0, 0.2)
+    assert math.isnan(read_benchmark(_study(tmp_path) / "benchmarks" / "collect" / "all.tsv")["cpu_time"])
+
+
+def test_table_total_and_startup_share(tmp_path):
+    text = format_cost(study_cost(_study(tmp_path)), startup_cpu_s=2.5, local={"collect"})
+    total = next(line for line in text.splitlines() if line.startswith("total"))
+    assert total.split()[1:4] == ["4", "25.0", "27.2"]
+    # 3 jobs start a process (collect runs inside snakemake): 3 x 2.5 = 7.5 of 25 CPU-s
+    assert "3 job processes x 2.50 CPU-s" in text and "= 8 CPU-s, 30% of the study's CPU" in text
+
+
+def test_missing_or_malformed_benchmarks_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="benchmarks"):
+        study_cost(tmp_path)
+    bad = tmp_path / "benchmarks" / "train" / "x.tsv"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("")
+    with pytest.raises(ValueError, match="x.tsv"):
+        study_cost(tmp_path)
+
+
+def test_local_rules_are_read_from_the_workflow():
+    local = local_rules(sorted((ROOT / "workflow" / "rules").glob("*.smk")))
+    assert {"run_config", "collect", "index"} <= local and "train" not in local
+
+
+def test_every_rule_declares_a_benchmark_file():
+    """So benchmarks/study_cost.py sees every job (one file per rule and job under results/<study>/benchmarks/<rule>/)."""
+    import re
+
+    missing = []
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for name, body in re.findall(r"^(?:rule|use rule \w+ as) (\w+)(?: with)?:\n((?:[ \t]+.*\n|\n)+)", smk.read_text(), re.M):
+            if ("shell:" in body or "run:" in body or "output:" in body) and "benchmark:" not in body:
+                missing.append(f"{smk.name}: {name}")
+            elif "benchmark:" in body and f'benchmarks/{name}/' not in body.replace("{BENCH}/", "benchmarks/"):
+                missing.append(f"{smk.name}: {name} (benchmark not under benchmarks/{name}/)")
+    assert not missing, missing
+
+
+def test_study_cost_script_prints_the_table(tmp_path):
+    res = _study(tmp_path)
+    out = tmp_path / "cost.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "study_cost.py"), str(res), "--no-startup",
+                        "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].split()[:4] == ["rule", "jobs", "CPU-s", "wall-s"]
+    assert [row["rule"] for row in json.loads(out.read_text())["rules"]] == ["train", "evaluate", "collect"]
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "study_cost.py"), str(tmp_path / "nope")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
