@@ -16,6 +16,8 @@ rule profile_losses:
         bank=lambda wc: profile_args(wc.run),
     log:
         f"{LOGS}/analyses/profile_{{run}}.log",
+    benchmark:
+        f"{BENCH}/profile_losses/{{run}}.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
@@ -36,6 +38,8 @@ rule slots:
         n=AN.get("slots", {}).get("n_slots", 10),
     log:
         f"{LOGS}/analyses/slots.log",
+    benchmark:
+        f"{BENCH}/slots/slots.tsv",
     conda:
         "../../envs/conda.yaml"
     shell:
@@ -54,6 +58,8 @@ rule interference:
         pairs=lambda wc, input: " ".join(f"{RUNS[r].extra['slot']}={p}" for r, p in zip(finetune_runs(), input.finetuned)),
     log:
         f"{LOGS}/analyses/interference.log",
+    benchmark:
+        f"{BENCH}/interference/interference.tsv",
     conda:
         "../../envs/conda.yaml"
     shell:
@@ -78,6 +84,8 @@ rule sample_contribution:
         sets=eval_sample_overrides(AN.get("timestep_contribution", {}).get("num_samples", 500)),
     log:
         f"{LOGS}/analyses/contribution_{{label}}.log",
+    benchmark:
+        f"{BENCH}/sample_contribution/{{label}}.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
@@ -97,6 +105,8 @@ use rule evaluate as evaluate_contribution with:
         f"{RES}/analyses/contribution/{{label}}/metrics.json",
     log:
         f"{LOGS}/analyses/contribution_{{label}}_evaluate.log",
+    benchmark:
+        f"{BENCH}/evaluate_contribution/{{label}}.tsv",
 
 
 rule posterior:
@@ -111,6 +121,8 @@ rule posterior:
         ranges=" ".join(f"{lo} {hi}" for lo, hi in AN.get("timestep_contribution", {}).get("ranges", [])),
     log:
         f"{LOGS}/analyses/posterior.log",
+    benchmark:
+        f"{BENCH}/posterior/posterior.tsv",
     conda:
         "../../envs/conda.yaml"
     shell:
@@ -130,6 +142,8 @@ rule profile_predictions:
         bank=profile_args("predictions"),
     log:
         f"{LOGS}/analyses/prediction_types.log",
+    benchmark:
+        f"{BENCH}/profile_predictions/profile_predictions.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
@@ -152,6 +166,8 @@ rule consistency:
         weights=weights_arg() if config["evaluation"]["extractor"] == "digits-cnn" else "",
     log:
         f"{LOGS}/analyses/consistency.log",
+    benchmark:
+        f"{BENCH}/consistency/consistency.tsv",
     conda:
         "../../envs/conda.yaml"
     shell:

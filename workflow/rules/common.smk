@@ -32,6 +32,7 @@ STUDY = config["study"]
 RES = f"results/{STUDY}"
 REPORTS = f"reports/{STUDY}"
 LOGS = f"logs/{STUDY}"
+BENCH = f"{RES}/benchmarks"  # one Snakemake benchmark file per rule and job (benchmarks/study_cost.py)
 
 try:
     RUNS = W.study_runs(config, source=CONFIG_SOURCE)

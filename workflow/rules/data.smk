@@ -12,6 +12,8 @@ rule prepare_data:
         out=lambda wc, output: os.path.dirname(output.manifest),
     log:
         "logs/prepare/{name}-{split}.log",
+    benchmark:
+        f"{BENCH}/prepare_data/{{name}}-{{split}}.tsv",
     conda:
         "../../envs/conda.yaml"
     shell:

@@ -14,6 +14,8 @@ rule train_features:
         test=parent_dir("test"),
     log:
         f"{LOGS}/eval/train_features.log",
+    benchmark:
+        f"{BENCH}/train_features/train_features.tsv",
     threads: config["resources"]["threads"]
     conda:
         "../../envs/conda.yaml"
@@ -35,6 +37,8 @@ rule reference_stats:
         max_images=lambda wc: W.opt("--max-images", config["evaluation"]["reference_max_images"]),
     log:
         f"{LOGS}/eval/reference_stats.log",
+    benchmark:
+        f"{BENCH}/reference_stats/reference_stats.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
@@ -56,6 +60,8 @@ rule sample:
         sets=eval_sample_overrides(config["evaluation"]["num_samples"]),
     log:
         f"{LOGS}/sample/{{run}}.log",
+    benchmark:
+        f"{BENCH}/sample/{{run}}.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
@@ -77,6 +83,8 @@ rule evaluate:
         weights=weights_arg(),
     log:
         f"{LOGS}/evaluate/{{run}}.log",
+    benchmark:
+        f"{BENCH}/evaluate/{{run}}.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
@@ -100,6 +108,8 @@ rule evaluate_progress:
         sets=eval_sample_overrides(config["evaluation"]["progress_num_samples"]),
     log:
         f"{LOGS}/evaluate_progress/{{run}}.log",
+    benchmark:
+        f"{BENCH}/evaluate_progress/{{run}}.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
@@ -125,6 +135,8 @@ rule collect:
         res=lambda wc: RES,
     log:
         f"{LOGS}/collect.log",
+    benchmark:
+        f"{BENCH}/collect/collect.tsv",
     run:
         from timestep_lab.workflow.collect import collect  # pandas: imported by this job only, not at DAG build
 

@@ -39,6 +39,8 @@ rule report:
         args=report_params,
     log:
         f"{LOGS}/report/{{name}}.log",
+    benchmark:
+        f"{BENCH}/report/{{name}}.tsv",
     wildcard_constraints:
         name="|".join(REPORT_NAMES),
     conda:
@@ -60,6 +62,8 @@ rule index:
         config_source=CONFIG_SOURCE,
     log:
         f"{LOGS}/report/index.log",
+    benchmark:
+        f"{BENCH}/index/index.tsv",
     run:
         from timestep_lab.reporting import render_index
 

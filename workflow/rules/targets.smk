@@ -38,6 +38,8 @@ rule dvc_export:
         loss_profile=f"dvc/{STUDY}/loss_profile.csv",
     log:
         f"{LOGS}/dvc_export.log",
+    benchmark:
+        f"{BENCH}/dvc_export/dvc_export.tsv",
     run:
         from timestep_lab.workflow.dvc_export import dvc_export  # pandas: imported by this job only
 

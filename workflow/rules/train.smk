@@ -19,6 +19,8 @@ rule run_config:
         init=init_path,
     log:
         f"{LOGS}/run_config/{{run}}.log",
+    benchmark:
+        f"{BENCH}/run_config/{{run}}.tsv",
     run:
         W.write_run_config(params.config, output[0], init_from=params.init,
                            slots_file=input.get("slots"), slot=params.slot)
@@ -38,6 +40,8 @@ rule train:
         launcher=lambda wc, threads: W.launcher(config["resources"]["gpus"]),
     log:
         f"{LOGS}/train/{{run}}.log",
+    benchmark:
+        f"{BENCH}/train/{{run}}.tsv",
     threads: config["resources"]["threads"]
     resources:
         **train_resources(),
