@@ -4,7 +4,7 @@
     python benchmarks/study_cost.py results/smoke --json cost.json
 
 Reads the Snakemake benchmark file every rule writes (results/<study>/benchmarks/<rule>/*.tsv;
-timestep_lab.workflow.cost). The start-up share is measured here, in this run: the CPU time of
+timestep_lab.reporting.cost). The start-up share is measured here, in this run: the CPU time of
 starting one job process the way a job starts (the interpreter and the imports every command
 pays: torch, torchvision, torch-fidelity, clean-fid and the CLI), the minimum over a few starts,
 times the number of jobs that started a process (rules not declared `localrules:`).
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from timestep_lab.workflow.cost import format_cost, local_rules, study_cost
+from timestep_lab.reporting.cost import format_cost, local_rules, study_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP = "import torch, torchvision, torch_fidelity, cleanfid, timestep_lab.cli"

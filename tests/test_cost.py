@@ -1,4 +1,4 @@
-"""Per-rule study cost from Snakemake benchmark files (timestep_lab.workflow.cost, benchmarks/study_cost.py)."""
+"""Per-rule study cost from Snakemake benchmark files (timestep_lab.reporting.cost, benchmarks/study_cost.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from timestep_lab.workflow.cost import format_cost, local_rules, read_benchmark, study_cost
+from timestep_lab.reporting.cost import format_cost, local_rules, read_benchmark, study_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
@@ -90,3 +90,16 @@ def test_study_cost_script_prints_the_table(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "study_cost.py"), str(tmp_path / "nope")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
+
+
+def test_estimate_beside_measured_cost(tmp_path):
+    from timestep_lab.reporting.cost import estimate_vs_measured
+
+    est = {"rules": [{"rule": "train", "jobs": 2, "gpu_hours": 0.01, "basis": "measured"},
+                     {"rule": "report", "jobs": 8, "gpu_hours": None, "basis": ""}],
+           "total": {"jobs": 10, "gpu_hours": 0.01}}
+    rows = {r["rule"]: r for r in estimate_vs_measured(est, study_cost(_study(tmp_path)))}
+    assert list(rows) == ["train", "report", "evaluate", "collect", "total"]
+    assert (rows["train"]["est_jobs"], rows["train"]["jobs"], rows["train"]["cpu_s"]) == (2, 2, 21.0)
+    assert rows["report"]["jobs"] is None and rows["evaluate"]["est_jobs"] is None
+    assert (rows["total"]["est_jobs"], rows["total"]["jobs"], rows["total"]["cpu_s"]) == (10, 4, 25.0)

@@ -3,6 +3,7 @@ by hand, the CLI on config/cifar10.yaml, and the GPU suite's dry run on a CPU.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -94,9 +95,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, env=env, timeout=300)
 
 
-def test_cli_on_cifar10():
-    r = _cli("config/cifar10.yaml")
+def test_cli_on_cifar10(tmp_path):
+    r = _cli("config/cifar10.yaml", "--out", str(tmp_path / "estimate.json"))
     assert r.returncode == 0, r.stderr[-3000:]
+    written = json.loads((tmp_path / "estimate.json").read_text())  # what the study index shows
+    assert written["device"] == "h100" and {"train", "evaluate_progress"} <= {x["rule"] for x in written["rules"]}
     lines = r.stdout.splitlines()
     for rule in ("train", "sample", "evaluate", "evaluate_progress", "reference_stats", "profile_losses"):
         assert any(line.split()[:1] == [rule] for line in lines), rule

@@ -12,6 +12,7 @@ import argparse
 import json
 
 from timestep_lab.estimate.throughput import DEVICES, device_for
+from timestep_lab.io import atomic_write_json
 
 __all__ = ["configure", "run"]
 
@@ -22,6 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"price on this device ({', '.join(DEVICES)}); default: the study's "
                              "resources (cuda: gpu_model or h100; cpu: cpu)")
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON instead of a table")
+    parser.add_argument("--out", default=None, help="also write the estimate as JSON to this file (atomically; "
+                                                    "the study index shows it beside the measured cost)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,4 +36,6 @@ def run(args: argparse.Namespace) -> int:
     plan = load_plan(args.study)
     est = estimate(plan, device_for(plan.study["resources"], args.gpu))
     print(json.dumps(to_json(est), indent=2) if args.json else format_table(est))
+    if args.out:
+        atomic_write_json(args.out, to_json(est))
     return 0

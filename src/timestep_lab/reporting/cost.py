@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-__all__ = ["RuleCost", "read_benchmark", "study_cost", "local_rules", "format_cost"]
+__all__ = ["RuleCost", "read_benchmark", "study_cost", "local_rules", "format_cost", "estimate_vs_measured"]
 
 
 @dataclass
@@ -132,3 +132,26 @@ def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = 
         lines.append(f"start-up: {started} job processes x {startup_cpu_s:.2f} CPU-s (python + imports, measured) "
                      f"= {spent:.0f} CPU-s, {share:.0%} of the study's CPU")
     return "\n".join(lines)
+
+
+def estimate_vs_measured(estimate: Mapping | None, measured: Mapping[str, RuleCost]) -> list[dict]:
+    """Rows for the study index: per rule, the estimate made before the study ran (``estimate.json``
+    from ``python -m timestep_lab estimate STUDY --out``) beside what its jobs measured.
+
+    Each row: ``rule``, ``est_jobs``, ``est_hours`` (GPU-hours, or CPU-core-hours on ``cpu``),
+    ``est_basis``, ``jobs``, ``cpu_s``, ``wall_s``, ``max_rss_mb`` (None where one side has no
+    such rule); rules in estimate order, then rules only measured; a last row ``total``."""
+    rows: dict[str, dict] = {}
+    for r in (estimate or {}).get("rules", []):
+        rows[r["rule"]] = {"rule": r["rule"], "est_jobs": r.get("jobs"), "est_hours": r.get("gpu_hours"),
+                           "est_basis": r.get("basis") or ""}
+    for name, c in measured.items():
+        rows.setdefault(name, {"rule": name, "est_jobs": None, "est_hours": None, "est_basis": ""})
+        rows[name].update(jobs=c.jobs, cpu_s=c.cpu_s, wall_s=c.wall_s, max_rss_mb=c.max_rss_mb)
+    out = [{"jobs": None, "cpu_s": None, "wall_s": None, "max_rss_mb": None, **r} for r in rows.values()]
+    total_est = (estimate or {}).get("total") or {}
+    out.append({"rule": "total", "est_jobs": total_est.get("jobs"), "est_hours": total_est.get("gpu_hours"),
+                "est_basis": "", "jobs": sum(c.jobs for c in measured.values()),
+                "cpu_s": sum(c.cpu_s for c in measured.values()), "wall_s": sum(c.wall_s for c in measured.values()),
+                "max_rss_mb": max((c.max_rss_mb for c in measured.values()), default=None)})
+    return out
