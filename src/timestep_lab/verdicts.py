@@ -122,13 +122,14 @@ def compare_group(metrics: pd.DataFrame, group: str, baseline: Mapping[str, Any]
 
 
 def study_comparisons(metrics: pd.DataFrame, *, base_batch: int | None = None,
-                      baselines: Mapping[str, tuple[Mapping[str, Any], str | None]] = GROUP_BASELINES
+                      baselines: Mapping[str, tuple[Mapping[str, Any], str | None]] | None = None
                       ) -> dict[str, dict[str, Any]]:
     """:func:`compare_group` for every group of ``metrics`` that has a baseline in ``baselines``.
 
     Keyed by group, or ``"<group>/<column>=<value>"`` for a stratified group (each value of the
     column compared on its own, e.g. ``schedules/schedule=cosine``). Groups without a known
     baseline are left out."""
+    baselines = GROUP_BASELINES if baselines is None else baselines
     out: dict[str, dict[str, Any]] = {}
     if not len(metrics) or "groups" not in metrics:
         return out
