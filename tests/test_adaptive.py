@@ -269,7 +269,11 @@ def test_two_process_gloo_run_matches_one_process(digits_dir, tmp_path, name):
     s2 = load_torch(tmp_path / "two" / "train_state" / "checkpoint.pt")["sampler"]
     for k, v in s1.items():
         if isinstance(v, torch.Tensor) and v.is_floating_point():
-            torch.testing.assert_close(v, s2[k], rtol=1e-4, atol=1e-6)
+            # buffers of loss *decreases* (differences of VLB sums, unclipped since the official
+            # code does not clip): float32 reduction order changes them by ~1e-4 of the terms'
+            # scale, so the absolute tolerance follows the buffer's scale, not each difference's
+            scale = float(v.abs().max()) if v.numel() else 0.0
+            torch.testing.assert_close(v, s2[k], rtol=1e-4, atol=max(1e-6, 1e-4 * scale))
         elif isinstance(v, torch.Tensor):
             assert torch.equal(v, s2[k]), k
 
