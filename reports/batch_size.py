@@ -24,6 +24,7 @@
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
 profiles = ""
+verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 group = "batch_size"
 
@@ -36,9 +37,10 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
-from timestep_lab.reporting.notebook import load_study, setup
+from timestep_lab.reporting.notebook import load_study, setup, show_verdicts
 
 setup()
+show_verdicts(verdicts, ["small_batch"])
 study = load_study(group, metrics_csv, runs_csv)
 runs, label = study.runs.set_index("run"), study.label
 fid = study.fid("final", "torch-fidelity").set_index("run")["value"]

@@ -27,6 +27,7 @@
 consistency = "results/digits/analyses/consistency.json"
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
+verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 group = "consistency"
 
@@ -37,9 +38,10 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
-from timestep_lab.reporting.notebook import load_study, setup
+from timestep_lab.reporting.notebook import load_study, setup, show_verdicts
 
 setup()
+show_verdicts(verdicts, ["same_noise_same_image", "momentum_decay", "momentum_decay_compensated"])
 study = load_study(group, metrics_csv, runs_csv)
 res = read_json(consistency)
 rows = []

@@ -25,6 +25,7 @@
 # %% tags=["parameters"]
 metrics = ""
 posterior = "results/digits/analyses/posterior.json"
+verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 
 # %%
@@ -36,9 +37,10 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
-from timestep_lab.reporting.notebook import setup
+from timestep_lab.reporting.notebook import setup, show_verdicts
 
 setup()
+show_verdicts(verdicts, [])
 post = read_json(posterior)
 labels = {r["label"]: r["range"] for r in post.get("ranges", [])}
 rows = []

@@ -31,7 +31,7 @@ from timestep_lab.stats import holm, paired, speedup, verdict
 BETTER = -1
 
 __all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "arm_of", "select_arm", "compare_group", "study_comparisons",
-           "judge_claims", "interference_effect", "consistency_effect", "FID_TOOL_ORDER"]
+           "judge_claims", "interference_effect", "consistency_effect", "FID_TOOL_ORDER", "speedup_text"]
 
 #: Which tool's FID is the headline when several measured the same samples.
 FID_TOOL_ORDER = ("torch-fidelity", "clean-fid")
@@ -268,7 +268,7 @@ def _verdict_row(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -
     return row
 
 
-def _speedup_text(sp: Mapping[str, Any] | None) -> str | None:
+def speedup_text(sp: Mapping[str, Any] | None) -> str | None:
     """``"1.84x [1.21, 2.80] (5 seeds)"``, ``">3.00x (censored, 5 seeds)"``; None without curves."""
     if not sp or sp.get("label") in (None, "n/a"):
         return None
@@ -302,5 +302,5 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
         arm = next((a for a in arms if a in comp), None)
         rows.append(_verdict_row(claim, comp.get(arm) if arm else None, group=claim.group, arm=arm,
                                  baseline=cache[key]["baseline"],
-                                 speedup=_speedup_text((comp.get(arm) or {}).get("speedup"))))
+                                 speedup=speedup_text((comp.get(arm) or {}).get("speedup"))))
     return rows
