@@ -91,8 +91,9 @@ lines = []
 def cmp(a, b):
     if a in fid.index and b in fid.index:
         better = fid[a] < fid[b]
-        return (f"- {a}: {fid[a]:.2f} vs {b}: {fid[b]:.2f}: replacing {a if better else b} helps more "
-                + ("(as in the paper)." if better else "(**the paper finds the opposite**)."))
+        return (f"- {a}: {fid[a]:.2f} vs {b}: {fid[b]:.2f}: replacing {a if better else b} gave the lower FID "
+                + ("(the paper's direction" if better else "(the paper's is the opposite")
+                + "; one model, one sample set, no interval: descriptive, not a verdict).")
     return None
 
 
