@@ -139,9 +139,12 @@ else:
 lines = []
 for _, r in comparisons.iterrows():
     diff = r[f"{study.label} difference [95% CI]"]
-    if r["final FID"] == "inconclusive":
+    detectable = r["detectable |difference|"]
+    if r["final FID"] == "inconclusive" and detectable == detectable:  # not NaN: n >= 2
         lines.append(f"- {r['arm']}: no difference from uniform shown ({diff}); this budget detects "
-                     f"|differences| of about {r['detectable |difference|']:.3g} or more.")
+                     f"|differences| of about {detectable:.3g} or more.")
+    elif r["final FID"] == "inconclusive":
+        lines.append(f"- {r['arm']}: {diff}; fewer than 2 paired seeds, so no interval and no finding.")
     elif r["final FID"] != "n/a":
         lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p = {r['Holm p']:.3g}).")
 display(Markdown("\n".join(lines) if lines else "_Not enough paired seeds for conclusions (intervals need 2)._"))
