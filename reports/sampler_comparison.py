@@ -140,10 +140,10 @@ lines = []
 for _, r in comparisons.iterrows():
     diff = r[f"{study.label} difference [95% CI]"]
     detectable = r["detectable |difference|"]
-    if r["final FID"] == "inconclusive" and detectable == detectable:  # not NaN: n >= 2
+    if r["final FID"] == "inconclusive" and detectable == detectable:  # not NaN
         lines.append(f"- {r['arm']}: no difference from uniform shown ({diff}); this budget detects "
                      f"|differences| of about {detectable:.3g} or more.")
-    elif r["final FID"] == "inconclusive":
+    elif r["final FID"].startswith("no finding") or r["final FID"] == "inconclusive":
         lines.append(f"- {r['arm']}: {diff}; fewer than 2 paired seeds, so no interval and no finding.")
     elif r["final FID"] != "n/a":
         lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p = {r['Holm p']:.3g}).")

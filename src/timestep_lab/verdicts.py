@@ -275,7 +275,8 @@ def speedup_text(sp: Mapping[str, Any] | None) -> str | None:
     lo, hi = sp.get("ci_low"), sp.get("ci_high")
     finite = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
     interval = f" [{lo:.2f}, {hi:.2f}]" if finite else ""
-    return f"{sp['label']}{interval} ({'censored, ' if sp.get('bound') else ''}{sp.get('n')} seeds)"
+    n = sp.get("n")
+    return f"{sp['label']}{interval} ({'censored, ' if sp.get('bound') else ''}{n} seed{'' if n == 1 else 's'})"
 
 
 def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]] | None = None, *,

@@ -162,7 +162,8 @@ def comparison_table(study: Study, *, base_batch: int | None = None) -> pd.DataF
                 f"{study.label} difference [95% CI]": format_difference(c),
                 "FID ratio [95% CI]": (f"{ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}]"
                                        if all(math.isfinite(r) for r in ratio) else "n/a"),
-                "Holm p": c.get("p_adj"), "final FID": _DIRECTION.get(c.get("verdict"), "n/a"),
+                "Holm p": c.get("p_adj"),
+                "final FID": _DIRECTION.get(c.get("verdict"), "n/a") if c["n"] >= 2 else "no finding (n < 2)",
                 "detectable |difference|": c.get("detectable"),
                 "speed-up (censored)": speedup_text(c.get("speedup")) or "",
             })
