@@ -15,6 +15,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/analyses.smk"
+include: "workflow/rules/verdicts.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/targets.smk"
 

@@ -24,6 +24,7 @@
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
 profiles = ""
+verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 group = "batch_size"
 
@@ -36,9 +37,10 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
-from timestep_lab.reporting.notebook import load_study, setup
+from timestep_lab.reporting.notebook import load_study, setup, show_verdicts
 
 setup()
+show_verdicts(verdicts, ["small_batch"])
 study = load_study(group, metrics_csv, runs_csv)
 runs, label = study.runs.set_index("run"), study.label
 fid = study.fid("final", "torch-fidelity").set_index("run")["value"]
@@ -101,8 +103,8 @@ small = [r for r in order if not r.startswith("toward_zero") and r != large]
 if large and small:
     s = small[0]
     fs, fl = fid.get(s, np.nan), fid.get(large, np.nan)
-    lines.append(f"- At equal images seen, {name(s)} reaches {label} {fs:.2f} vs {fl:.2f} for {name(large)}: the small batch is "
-                 + ("worse, as the paper reports." if fs > fl else "**not** worse; at this scale we do not reproduce the paper."))
+    lines.append(f"- At equal images seen, {name(s)} reaches {label} {fs:.2f} vs {fl:.2f} for {name(large)} (mean over "
+                 "seeds, descriptive: whether the difference is real is the verdict at the top, paired by seed).")
     ts = table.loc[name(s)]
     tl = table.loc[name(large)]
     lines.append(f"- Near t = 0 the small batch's loss is {ts['eps-MSE, t < T/10'] / tl['eps-MSE, t < T/10']:.2f}x the large batch's; "

@@ -24,6 +24,7 @@
 # %% tags=["parameters"]
 profile = "results/digits/analyses/profiles/reference.json"
 slots = "results/digits/analyses/slots.json"
+verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 
 # %%
@@ -33,9 +34,10 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
-from timestep_lab.reporting.notebook import setup
+from timestep_lab.reporting.notebook import setup, show_verdicts
 
 setup()
+show_verdicts(verdicts, ["table1_pretrained"])
 prof, sl = read_json(profile), read_json(slots)
 t = np.array(prof["timesteps"])
 T = prof["T"]

@@ -25,6 +25,7 @@
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
 results_dir = "results/digits"
+verdicts = "results/digits/verdicts.json"
 group = "sampler_comparison"
 baseline = "uniform+none"
 
@@ -34,8 +35,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from timestep_lab.reporting.notebook import load_study, read_log, setup
-from timestep_lab.studies import kimg_to_reach, speedups
+from timestep_lab.reporting.notebook import load_study, read_log, setup, show_comparisons, show_verdicts
 
 setup()
 study = load_study(group, metrics_csv, runs_csv)
@@ -50,6 +50,7 @@ if proto is not None:
         f"fewer samples ({int(progress['num_generated'].iloc[0]) if len(progress) else 'n/a'}). Variants are "
         f"`timestep sampler + loss weighting`; spread is over training seeds."))
 study.show_failed(" (excluded from means)")
+show_verdicts(verdicts, ["speed_faster", "speed_sampling_alone", "adaptive_faster", "clts_faster"])
 
 # %% [markdown]
 # ## FID against images seen
@@ -72,7 +73,7 @@ ax.legend(fontsize=8, ncol=2)
 plt.show()
 
 # %% [markdown]
-# ## Final FID (mean ± std over seeds)
+# ## Final FID per arm (mean ± std over seeds; descriptive)
 
 # %%
 table = (final.groupby(["variant", "tool"])["value"].agg(["mean", "std", "count"]).unstack("tool"))
@@ -80,21 +81,18 @@ table.columns = [f"{stat} ({tl})" for stat, tl in table.columns]
 table = table[sorted(table.columns, key=lambda c: (c.split("(")[1], c))]
 if f"mean ({tool})" in table:
     table = table.sort_values(f"mean ({tool})")
-    base_fid = table.loc[baseline, f"mean ({tool})"] if baseline in table.index else np.nan
-    table["vs uniform"] = table[f"mean ({tool})"] / base_fid
 display(table.style.format({c: ("{:.0f}" if c.startswith("count") else "{:.3f}") for c in table.columns}, na_rep="–"))
 
 # %% [markdown]
-# ## Speed-up: images needed to reach the uniform baseline's final FID
+# ## Every arm against uniform, paired by seed
+# The difference is `arm - uniform` in final FID per seed, its mean with a 95% Student-t interval
+# over seeds, p Holm-adjusted across the arms (docs/methods.md §9). The speed-up is the images an
+# arm needs to reach uniform's final FID, per seed, interpolated in log FID between progress
+# points: ">x" when a seed got there before its first point, "<x" when one never did; the
+# progress-point spacing cannot say more (docs/methods.md#speedup).
 
 # %%
-sp = speedups({v: (c.index.tolist(), c.tolist()) for v, c in curves.items()}, baseline)
-target = curves[baseline].iloc[-1] if baseline in curves else np.nan
-speedup = pd.DataFrame({
-    "kimg to reach uniform's final FID": {v: kimg_to_reach(c.index.tolist(), c.tolist(), target) for v, c in curves.items()},
-    "speed-up": sp,
-}).sort_values("speed-up", ascending=False) if sp else pd.DataFrame()
-display(speedup.style.format("{:.2f}", na_rep="not reached"))
+comparisons = show_comparisons(study)
 
 # %% [markdown]
 # ## Cost per training step
@@ -134,27 +132,19 @@ else:
 
 # %% [markdown]
 # ## What our numbers show
+# Only paired differences whose 95% interval excludes no difference count as findings; every other
+# arm is inconclusive at this budget, with the smallest difference it could have detected.
 
 # %%
 lines = []
-if f"mean ({tool})" in table and len(table):
-    best = table.index[0]
-    lines.append(f"- Lowest final {label}: **{best}** ({table.iloc[0][f'mean ({tool})']:.3f}); "
-                 f"uniform: {table.loc[baseline, f'mean ({tool})']:.3f}." if baseline in table.index else
-                 f"- Lowest final {label}: **{best}**.")
-    worse = [v for v in table.index if v != baseline and table.loc[v, "vs uniform"] > 1]
-    if worse:
-        lines.append(f"- Worse than uniform at the end: {', '.join(worse)}.")
-if len(speedup):
-    sp = speedup["speed-up"]
-    for name, claim in (("speed+speed", "SpeeD claims about 3x"), ("clts+none", "CLTS claims 2x to 2.6x"),
-                        ("adaptive+none", "the adaptive sampler claims faster convergence than SpeeD")):
-        if name in sp.index:
-            val = sp[name]
-            lines.append(f"- {name}: speed-up {val:.2f}x to uniform's final FID ({claim})."
-                         if val == val else f"- {name}: never reached uniform's final FID ({claim}); "
-                         "our result disagrees with the paper at this scale.")
-spread = final[final["tool"] == tool].groupby("variant")["value"].std().mean()
-if spread == spread:
-    lines.append(f"- Mean seed-to-seed std of the final FID: {spread:.3f}; differences smaller than this are noise.")
-display(Markdown("\n".join(lines) if lines else "_Not enough data for conclusions._"))
+for _, r in comparisons.iterrows():
+    diff = r[f"{study.label} difference [95% CI]"]
+    detectable = r["detectable |difference|"]
+    if r["final FID"] == "inconclusive" and detectable == detectable:  # not NaN
+        lines.append(f"- {r['arm']}: no difference from uniform shown ({diff}); this budget detects "
+                     f"|differences| of about {detectable:.3g} or more.")
+    elif r["final FID"].startswith("no finding") or r["final FID"] == "inconclusive":
+        lines.append(f"- {r['arm']}: {diff}; fewer than 2 paired seeds, so no interval and no finding.")
+    elif r["final FID"] != "n/a":
+        lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p = {r['Holm p']:.3g}).")
+display(Markdown("\n".join(lines) if lines else "_Not enough paired seeds for conclusions (intervals need 2)._"))

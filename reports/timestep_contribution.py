@@ -25,6 +25,7 @@
 # %% tags=["parameters"]
 metrics = ""
 posterior = "results/digits/analyses/posterior.json"
+verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 
 # %%
@@ -36,9 +37,10 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
-from timestep_lab.reporting.notebook import setup
+from timestep_lab.reporting.notebook import setup, show_verdicts
 
 setup()
+show_verdicts(verdicts, [])
 post = read_json(posterior)
 labels = {r["label"]: r["range"] for r in post.get("ranges", [])}
 rows = []
@@ -89,8 +91,9 @@ lines = []
 def cmp(a, b):
     if a in fid.index and b in fid.index:
         better = fid[a] < fid[b]
-        return (f"- {a}: {fid[a]:.2f} vs {b}: {fid[b]:.2f}: replacing {a if better else b} helps more "
-                + ("(as in the paper)." if better else "(**the paper finds the opposite**)."))
+        return (f"- {a}: {fid[a]:.2f} vs {b}: {fid[b]:.2f}: replacing {a if better else b} gave the lower FID "
+                + ("(the paper's direction" if better else "(the paper's is the opposite")
+                + "; one model, one sample set, no interval: descriptive, not a verdict).")
     return None
 
 

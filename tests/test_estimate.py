@@ -59,7 +59,7 @@ def test_tiny_study_worked_by_hand():
     assert jobs == {"prepare_data": 2, "run_config": 3, "train": 3, "train_features": 1, "reference_stats": 1,
                     "sample": 3, "evaluate": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
                     "slots": 1, "interference": 1, "sample_contribution": 1, "evaluate_contribution": 1,
-                    "posterior": 1, "profile_predictions": 1, "consistency": 1, "report": 8, "index": 1, "all": 1}
+                    "posterior": 1, "profile_predictions": 1, "consistency": 1, "verdicts": 1, "report": 8, "index": 1, "all": 1}
     # train: 1000 images at batch 64 -> 16 steps = 1024 images per run; the reference 2000 at 128 -> 2048
     assert rules["train"].images_trained == 2 * 1024 + 2048 == rules["train"].evaluations
     # snapshots every 500 images: crossed at 512 and 1024 (the last step) -> 2 points per followed run
@@ -77,7 +77,7 @@ def test_tiny_study_worked_by_hand():
     assert priced["train"].basis == "assumed MFU 30%"
     assert priced["train"].gpu_hours == pytest.approx(rules["train"].flops / (989.4e12 * 0.30) / 3600)
     assert priced["collect"].gpu_hours is None
-    assert to_json(est)["total"]["jobs"] == 37  # with the `all` target, as `snakemake -n` counts
+    assert to_json(est)["total"]["jobs"] == 38  # with the `all` target, as `snakemake -n` counts
 
 
 def test_bad_study_is_one_config_error():

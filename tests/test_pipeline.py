@@ -67,6 +67,32 @@ def test_collected_metrics_are_tidy_and_carry_the_protocol(study):
     assert (runs.loc[runs["groups"].notna(), "status"] == "ok").all()
 
 
+def test_verdicts_cover_every_claim_and_the_index_shows_them(study):
+    from timestep_lab.stats import VERDICTS
+    from timestep_lab.verdicts import CLAIMS
+
+    res, rep = study.root / "results" / "smoke", study.root / "reports" / "smoke"
+    claims = json.loads((res / "verdicts.json").read_text())["claims"]
+    assert [c["id"] for c in claims] == [c.id for c in CLAIMS]
+    assert all(c["verdict"] in VERDICTS for c in claims)
+    by_id = {c["id"]: c for c in claims}
+    # two paired seeds in the smoke sampler comparison: a difference with an interval
+    speed = by_id["speed_faster"]
+    assert speed["n"] == 2 and speed["ci_low"] <= speed["diff"] <= speed["ci_high"]
+    assert by_id["clts_faster"]["verdict"] == "not run" and by_id["clts_faster"]["needs"]
+    # slot interference against the uniform-t control, over both seeds of analyses.slots.seeds
+    control = json.loads((res / "analyses" / "interference_control.json").read_text())
+    assert control["seeds"] == [0, 1] and control["off_diagonal"]["n"] == 2
+    assert by_id["slot_interference"]["verdict"] != "not run"
+    index = (rep / "index.html").read_text()
+    assert "<th>verdict</th>" in index and "our paired difference [95% CI]" in index
+    for c in claims:
+        assert f"<b>{c['verdict']}</b>" in index
+    assert "±" not in index  # no unpaired mean ± std on the index
+    slot_page = (rep / "slot_finetune.html").read_text()
+    assert "uniform control" in slot_page and "Verdicts on the claims this report covers" in slot_page
+
+
 def test_second_run_does_nothing(study):
     t0 = time.perf_counter()
     r = run(["snakemake", "--configfile", "config/smoke.yaml"], study.root, study_env(), timeout=300)

@@ -3,6 +3,7 @@ posterior coefficients, replacement ranges, prediction-type x0 errors and consis
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -150,6 +151,44 @@ def test_interference_matrix_known_answer():
     assert big["trained"] == 3 and big["evaluated"] in (1, 2, 4, 5) and big["value"] == pytest.approx(1.0)
     assert res["max_off_diagonal_increase"]["value"] == pytest.approx(1.0)
     np.testing.assert_allclose(res["before"], slot_sums(ref, slots))
+
+
+def test_interference_against_the_uniform_control_through_the_cli(tmp_path, capsys):
+    """Seeds 0..2; the control scales every slot by 1 + c_s; fine-tuning slot 1 scales slot 1 by
+    0.9 and slot 2 by 1 + c_s + 0.5 + e_s: the excess over the control is 0.5 + e_s per seed."""
+    from timestep_lab.cli import main
+    from timestep_lab.io import read_json
+    from timestep_lab.studies.profile import PROFILE_FORMAT
+
+    T, slots = 100, [(0, 49), (50, 99)]
+    ref = np.ones(T)
+
+    def write(name, values):
+        path = tmp_path / f"{name}.json"
+        save_profile(path, {**_profile(values, T), "format": PROFILE_FORMAT})
+        return str(path)
+
+    finetuned, controls = [], []
+    for seed, c, e in ((0, 0.1, 0.0), (1, 0.2, 0.1), (2, 0.3, -0.1)):
+        ft = np.concatenate([np.full(50, 0.9), np.full(50, 1 + c + 0.5 + e)])
+        finetuned.append(f"{seed}:1=" + write(f"ft{seed}", ft))
+        controls.append(f"{seed}=" + write(f"ctl{seed}", ref * (1 + c)))
+    (tmp_path / "slots.json").write_text(json.dumps({"slots": [list(s) for s in slots]}))
+    out = tmp_path / "interference_control.json"
+    assert main(["interference-control", "--reference", write("ref", ref), "--finetuned", *finetuned,
+                 "--controls", *controls, "--slots", str(tmp_path / "slots.json"), "--out", str(out)]) == 0
+    res = read_json(out)
+    assert res["seeds"] == [0, 1, 2] and res["trained"] == [1] and res["evaluated"] == [1, 2]
+    half_width = 4.302652729911275 * 0.1 / math.sqrt(3)  # t_{0.975, 2} * sd / sqrt(n)
+    off = res["off_diagonal"]
+    assert off["n"] == 3 and off["diff"] == pytest.approx(0.5)
+    assert (off["ci_low"], off["ci_high"]) == (pytest.approx(0.5 - half_width), pytest.approx(0.5 + half_width))
+    assert res["diagonal"]["diff"] == pytest.approx(-0.1 - 0.2)  # -0.1 vs the control's mean +0.2
+    assert res["excess"][0][1]["diff"] == pytest.approx(0.5)
+    np.testing.assert_allclose(res["control"], [0.2, 0.2])
+    assert main(["interference-control", "--reference", write("ref", ref), "--finetuned", "1=" + write("x", ref),
+                 "--controls", *controls, "--slots", str(tmp_path / "slots.json"), "--out", str(out)]) == 2
+    assert "SEED:SLOT=PATH" in capsys.readouterr().err
 
 
 def test_interference_matrix_interpolates_strided_profiles_and_checks_inputs():

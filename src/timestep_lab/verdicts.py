@@ -31,7 +31,7 @@ from timestep_lab.stats import holm, paired, speedup, verdict
 BETTER = -1
 
 __all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "arm_of", "select_arm", "compare_group", "study_comparisons",
-           "judge_claims", "interference_effect", "consistency_effect", "FID_TOOL_ORDER"]
+           "judge_claims", "interference_effect", "consistency_effect", "FID_TOOL_ORDER", "speedup_text"]
 
 #: Which tool's FID is the headline when several measured the same samples.
 FID_TOOL_ORDER = ("torch-fidelity", "clean-fid")
@@ -128,7 +128,7 @@ def study_comparisons(metrics: pd.DataFrame, *, base_batch: int | None = None,
 
     Keyed by group, or ``"<group>/<column>=<value>"`` for a stratified group (each value of the
     column compared on its own, e.g. ``schedules/schedule=cosine``). Groups without a known
-    baseline are left out."""
+    baseline are left out; ``baselines`` defaults to :data:`GROUP_BASELINES`."""
     baselines = GROUP_BASELINES if baselines is None else baselines
     out: dict[str, dict[str, Any]] = {}
     if not len(metrics) or "groups" not in metrics:
@@ -153,9 +153,9 @@ def interference_effect(analysis: Mapping[str, Any] | None) -> dict[str, Any] | 
     """The slot-interference claim's effect from ``interference_control.json``
     (:func:`timestep_lab.studies.interference.interference_vs_control`): the paired difference
     over seeds of the mean off-diagonal relative loss change, slot fine-tune minus uniform control."""
-    if not analysis:
+    if not analysis or not analysis.get("off_diagonal"):
         return None
-    return dict(analysis.get("off_diagonal") or {}) or None
+    return {**analysis["off_diagonal"], "units": "relative loss change of the other slots, slot fine-tune - control"}
 
 
 def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel") -> dict[str, Any] | None:
@@ -263,8 +263,20 @@ def _verdict_row(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -
     v = verdict(nan_if_none(effect.get("ci_low", math.nan)), nan_if_none(effect.get("ci_high", math.nan)),
                 claim.expected_sign, nan_if_none(effect.get("p_adj", math.nan)))
     row.update({k: effect.get(k, math.nan) for k in ("n", "diff", "ci_low", "ci_high", "p_adj", "detectable")})
+    row["units"] = effect.get("units") or ("final FID, arm - baseline" if claim.kind == "fid" else "")
     row["verdict"] = v
     return row
+
+
+def speedup_text(sp: Mapping[str, Any] | None) -> str | None:
+    """``"1.84x [1.21, 2.80] (5 seeds)"``, ``">3.00x (censored, 5 seeds)"``; None without curves."""
+    if not sp or sp.get("label") in (None, "n/a"):
+        return None
+    lo, hi = sp.get("ci_low"), sp.get("ci_high")
+    finite = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+    interval = f" [{lo:.2f}, {hi:.2f}]" if finite else ""
+    n = sp.get("n")
+    return f"{sp['label']}{interval} ({'censored, ' if sp.get('bound') else ''}{n} seed{'' if n == 1 else 's'})"
 
 
 def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]] | None = None, *,
@@ -291,5 +303,5 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
         arm = next((a for a in arms if a in comp), None)
         rows.append(_verdict_row(claim, comp.get(arm) if arm else None, group=claim.group, arm=arm,
                                  baseline=cache[key]["baseline"],
-                                 speedup=(comp.get(arm) or {}).get("speedup", {}).get("label")))
+                                 speedup=speedup_text((comp.get(arm) or {}).get("speedup"))))
     return rows

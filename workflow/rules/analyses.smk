@@ -47,15 +47,17 @@ rule slots:
 
 
 rule interference:
-    """Relative loss change of every slot after fine-tuning the reference on one slot (Fig. 2)."""
+    """Relative loss change of every slot after fine-tuning the reference on one slot (Fig. 2):
+    the reference seed's fine-tunes only, one matrix (the paper's figure; no finding rests on it)."""
     input:
         reference=f"{RES}/analyses/profiles/reference.json",
-        finetuned=expand(f"{RES}/analyses/profiles/{{run}}.json", run=finetune_runs()),
+        finetuned=expand(f"{RES}/analyses/profiles/{{run}}.json", run=finetune_runs(reference_seed())),
         slots=f"{RES}/analyses/slots.json",
     output:
         f"{RES}/analyses/interference.json",
     params:
-        pairs=lambda wc, input: " ".join(f"{RUNS[r].extra['slot']}={p}" for r, p in zip(finetune_runs(), input.finetuned)),
+        pairs=lambda wc, input: [f"{RUNS[r].extra['slot']}={p}"
+                                 for r, p in zip(finetune_runs(reference_seed()), input.finetuned)],
     log:
         f"{LOGS}/analyses/interference.log",
     benchmark:
@@ -63,8 +65,31 @@ rule interference:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab interference --reference {input.reference} --finetuned {params.pairs} --slots {input.slots}"
-        " --out {output} > {log} 2>&1"
+        "python -m timestep_lab interference --reference {input.reference:q} --finetuned {params.pairs:q}"
+        " --slots {input.slots:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule interference_control:
+    """Slot interference relative to the uniform-t control fine-tune of the same seed, paired over
+    every seed of analyses.slots.seeds, with 95% intervals (docs/methods.md §3.2, §9.1)."""
+    input:
+        reference=f"{RES}/analyses/profiles/reference.json",
+        finetuned=expand(f"{RES}/analyses/profiles/{{run}}.json", run=finetune_runs()),
+        controls=expand(f"{RES}/analyses/profiles/{{run}}.json", run=control_runs()),
+        slots=f"{RES}/analyses/slots.json",
+    output:
+        f"{RES}/analyses/interference_control.json",
+    params:
+        finetuned=lambda wc, input: [f"{RUNS[r].extra['seed']}:{RUNS[r].extra['slot']}={p}"
+                                     for r, p in zip(finetune_runs(), input.finetuned)],
+        controls=lambda wc, input: [f"{RUNS[r].extra['seed']}={p}" for r, p in zip(control_runs(), input.controls)],
+    log:
+        f"{LOGS}/analyses/interference_control.log",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab interference-control --reference {input.reference:q} --finetuned {params.finetuned:q}"
+        " --controls {params.controls:q} --slots {input.slots:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule sample_contribution:

@@ -71,13 +71,14 @@ def parent_dir(key):
 
 
 def report_params(wildcards, input):
-    """Every input of a report reaches the notebook as a parameter (lists joined by commas)."""
-    parts = [f"-p results_dir {RES}"]
+    """Every input of a report reaches the notebook as a parameter (lists joined by commas), as a
+    list of words for ``{params.args:q}`` (each quoted on its own)."""
+    parts = ["-p", "results_dir", RES]
     for key, value in input.items():
         if key == "notebook":
             continue
-        parts.append(f"-p {key} {','.join(value) if isinstance(value, list) else value}")
-    return " ".join(parts)
+        parts += ["-p", key, ",".join(value) if isinstance(value, list) else value]
+    return parts
 
 
 def train_resources():
@@ -199,8 +200,19 @@ def profile_args(run):
     return args
 
 
-def finetune_runs():
-    return [r for r, run in RUNS.items() if run.extra.get("slot")]
+def finetune_runs(seed=None):
+    """Slot fine-tunes (``extra["slot"]``, 1-based): of every seed, or of ``seed`` only."""
+    return [r for r, run in RUNS.items() if run.extra.get("slot") and (seed is None or run.extra.get("seed") == seed)]
+
+
+def control_runs():
+    """The uniform-t control fine-tunes, one per seed of ``analyses.slots.seeds`` (docs/methods.md §3.2)."""
+    return [r for r, run in RUNS.items() if run.extra.get("control")]
+
+
+def reference_seed():
+    """The reference's training seed: its slot fine-tunes are the single-seed interference matrix."""
+    return RUNS["reference"].axes.get("seed", 0) if "reference" in RUNS else 0
 
 
 def batch_size_runs():
@@ -239,3 +251,17 @@ def init_path(wildcards):
     """The model a run starts from (written into its run config), or None."""
     run = RUNS[wildcards.run]
     return model_path(run.init_from) if run.init_from else None
+
+
+def verdict_analyses():
+    """{analysis: output} of the analyses a claim reads, those this study runs (absent -> "not run")."""
+    out = {}
+    if finetune_runs() and control_runs():
+        out["interference"] = f"{RES}/analyses/interference_control.json"
+    if consistency_runs():
+        out["consistency"] = f"{RES}/analyses/consistency.json"
+    return out
+
+
+def verdict_inputs(wildcards):
+    return {"metrics": f"{RES}/metrics.csv", "runs": f"{RES}/runs.csv", **verdict_analyses()}

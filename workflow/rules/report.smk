@@ -1,25 +1,36 @@
 # Reports: papermill notebooks (reports/*.py, jupytext percent format) executed with the data
 # paths as parameters and converted to self-contained HTML; a jinja2 index per study.
 
+VERDICTS = f"{RES}/verdicts.json"  # every report shows the verdicts of the claims it covers
 REPORTS_INPUTS = {
-    "sampler_comparison": dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv"),
-    "schedules": dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv"),
-    "loss_profile": dict(profile=f"{RES}/analyses/profiles/reference.json", slots=f"{RES}/analyses/slots.json"),
-    "slot_finetune": dict(interference=f"{RES}/analyses/interference.json", slots=f"{RES}/analyses/slots.json"),
+    "sampler_comparison": dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv", verdicts=VERDICTS),
+    "schedules": dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv", verdicts=VERDICTS),
+    "loss_profile": dict(profile=f"{RES}/analyses/profiles/reference.json", slots=f"{RES}/analyses/slots.json",
+                         verdicts=VERDICTS),
+    "slot_finetune": dict(
+        interference=f"{RES}/analyses/interference.json",
+        slots=f"{RES}/analyses/slots.json",
+        verdicts=VERDICTS,
+        **({"interference_control": f"{RES}/analyses/interference_control.json"} if control_runs() else {}),
+    ),
     "batch_size": dict(
         metrics_csv=f"{RES}/metrics.csv",
         runs_csv=f"{RES}/runs.csv",
         profiles=expand(f"{RES}/analyses/profiles/{{run}}.json", run=batch_size_runs()),
+        verdicts=VERDICTS,
     ),
     "timestep_contribution": dict(
         metrics=expand(f"{RES}/analyses/contribution/{{label}}/metrics.json", label=list(CONTRIB_RANGES)),
         posterior=f"{RES}/analyses/posterior.json",
+        verdicts=VERDICTS,
     ),
     "prediction_types": dict(
-        profile=f"{RES}/analyses/prediction_types.json", metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv"
+        profile=f"{RES}/analyses/prediction_types.json", metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv",
+        verdicts=VERDICTS,
     ),
     "consistency": dict(
-        consistency=f"{RES}/analyses/consistency.json", metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv"
+        consistency=f"{RES}/analyses/consistency.json", metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv",
+        verdicts=VERDICTS,
     ),
 }
 REPORT_NAMES = list(REPORTS_INPUTS)
@@ -46,13 +57,14 @@ rule report:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab report --notebook {input.notebook} --out {output.html} {params.args} > {log} 2>&1"
+        "python -m timestep_lab report --notebook {input.notebook:q} --out {output.html:q} {params.args:q} > {log:q} 2>&1"
 
 
 rule index:
     input:
         reports=expand(f"{REPORTS}/{{name}}.html", name=REPORT_NAMES),
         summary=f"{RES}/summary.json",
+        verdicts=VERDICTS,
         slots=f"{RES}/analyses/slots.json",
         template="reports/index.html.j2",
     output:
@@ -68,4 +80,4 @@ rule index:
         from timestep_lab.reporting import render_index
 
         render_index(input.template, output[0], study=params.study, summary=input.summary, slots=input.slots,
-                     reports=list(input.reports), config_source=params.config_source)
+                     verdicts=input.verdicts, reports=list(input.reports), config_source=params.config_source)

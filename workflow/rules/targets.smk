@@ -18,6 +18,8 @@ rule experiments:
     """Every run trained, sampled and scored, and every analysis computed (DVC stage `results`)."""
     input:
         f"{RES}/metrics.csv",
+        f"{RES}/verdicts.json",
+        list(verdict_analyses().values()),
         f"{RES}/analyses/interference.json",
         f"{RES}/analyses/prediction_types.json",
         f"{RES}/analyses/consistency.json",

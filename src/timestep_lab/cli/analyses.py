@@ -1,5 +1,5 @@
 """Analysis commands (the work is in ``timestep_lab.studies``): ``profile``, ``slots``,
-``interference``, ``predictions-profile``, ``consistency`` and ``posterior``. Paths in, paths out.
+``interference``, ``interference-control``, ``predictions-profile``, ``consistency`` and ``posterior``. Paths in, paths out.
 
 Registered into :data:`timestep_lab.cli.common.COMMANDS` on import. Must not know the entry
 (``timestep_lab.cli``) or other commands.
@@ -121,6 +121,36 @@ def cmd_interference(args: argparse.Namespace) -> int:
     big = result["largest_off_diagonal"]
     log.info("largest off-diagonal change %+.1f%% (trained slot %s, evaluated slot %s)", 100 * big["value"],
              big["trained"], big["evaluated"])
+    return 0
+
+
+def _interference_control_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reference", type=Path, required=True, help="profile of the reference model")
+    p.add_argument("--finetuned", nargs="+", required=True, metavar="SEED:SLOT=PROFILE",
+                   help="profile after fine-tuning seed SEED on slot SLOT (1-based)")
+    p.add_argument("--controls", nargs="+", required=True, metavar="SEED=PROFILE",
+                   help="profile after the uniform-t control fine-tune of seed SEED")
+    p.add_argument("--slots", type=Path, required=True, help="slots JSON (from `slots`)")
+    p.add_argument("--out", type=Path, required=True)
+
+
+@command("interference-control", "slot interference relative to a uniform-t fine-tune, with intervals over seeds",
+         _interference_control_args)
+def cmd_interference_control(args: argparse.Namespace) -> int:
+    """Interference minus the uniform-t control, paired by seed (docs/methods.md 3.2, 9.1) -> JSON."""
+    from timestep_lab.studies.interference import write_interference_vs_control
+
+    finetuned: dict[str, dict[int, str]] = {}
+    for key, path in _pairs(args.finetuned, "--finetuned").items():
+        seed, sep, slot = key.partition(":")
+        if not sep or not seed or not slot.isdigit():
+            raise ConfigError(f"--finetuned: expected SEED:SLOT=PATH, got {key}={path!r}")
+        finetuned.setdefault(seed, {})[int(slot)] = path
+    result = write_interference_vs_control(str(args.reference), finetuned, _pairs(args.controls, "--controls"),
+                                           str(args.slots), str(args.out))
+    off = result["off_diagonal"]
+    log.info("off-diagonal change, slot fine-tune minus uniform control: %s over %s seeds", off.get("diff"),
+             off.get("n"))
     return 0
 
 

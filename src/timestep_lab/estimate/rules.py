@@ -191,6 +191,8 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     for rid in plan.profiled_runs():
         c.profile(prof, rid, grad=rid == "reference")
     out += [prof, RuleCost("slots", 1, False), RuleCost("interference", 1, False)]
+    if plan.finetune_runs() and plan.control_runs():
+        out.append(RuleCost("interference_control", 1, False))
 
     labels = plan.contribution_labels()
     n_contrib = int(((plan.study.get("analyses") or {}).get("timestep_contribution") or {}).get("num_samples", 500))
@@ -205,7 +207,7 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     for rid in plan.prediction_runs():
         c.profile(pred, rid, grad=False)
     out += [pred, RuleCost("consistency", 1, False, notes=["distances between stored samples (CPU)"])]
-    out += [RuleCost("report", len(REPORTS), False), RuleCost("index", 1, False), RuleCost("all", 1, False)]
+    out += [RuleCost("verdicts", 1, False), RuleCost("report", len(REPORTS), False), RuleCost("index", 1, False), RuleCost("all", 1, False)]
     if c.notes:
         train.notes += sorted(c.notes)
     return out

@@ -101,9 +101,13 @@ class Plan:
     def finetune_runs(self) -> list[str]:
         return [r for r, run in self.runs.items() if run.extra.get("slot")]
 
+    def control_runs(self) -> list[str]:
+        """The uniform-t control fine-tunes of the slot analysis (one per seed)."""
+        return [r for r, run in self.runs.items() if run.extra.get("control")]
+
     def profiled_runs(self) -> list[str]:
-        """``profile_losses`` jobs: the reference, the slot fine-tunes and the batch-size runs."""
-        out = ["reference", *self.finetune_runs(), *self.group_runs("batch_size")]
+        """``profile_losses`` jobs: the reference, the slot fine-tunes, their controls and the batch-size runs."""
+        out = ["reference", *self.finetune_runs(), *self.control_runs(), *self.group_runs("batch_size")]
         return list(dict.fromkeys(out))
 
     def prediction_runs(self) -> list[str]:

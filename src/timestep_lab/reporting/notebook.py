@@ -5,6 +5,11 @@ A notebook that reads the collected tables starts, after its papermill ``paramet
     setup()
     study = load_study(group, metrics_csv, runs_csv)
 
+and shows what the study says about the papers' claims it covers (docs/methods.md §9.3)::
+
+    show_verdicts(verdicts, ["speed_faster", ...])   # rows of verdicts.json's scorecard
+    show_comparisons(study)                          # every arm vs the group's baseline, paired
+
 ``study.metrics`` is the tidy metrics table (one row per run x stage x images seen x metric x
 tool, with its measuring protocol, docs/methods.md#protocol-record) and ``study.runs`` the run
 table, both cut to the runs of one study group; the paths are the ones Snakemake passes, so a
@@ -19,14 +24,20 @@ trained, sampled or scored.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import HTML, display
+from IPython.display import HTML, Markdown, display
 
-__all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup"]
+from timestep_lab.reporting.scorecard import COLUMNS, format_difference, load_verdicts, scorecard_rows
+from timestep_lab.verdicts import speedup_text, study_comparisons
+
+__all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup", "show_verdicts", "comparison_table",
+           "show_comparisons"]
 
 STYLE = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3}
 HEADLINE_TOOL = "torch-fidelity"  # the FID tool headline numbers use when a study has it (docs/methods.md#fid-kid)
@@ -106,3 +117,65 @@ def read_log(path: str | Path) -> list[dict]:
     """A run's ``train_log.jsonl`` as records (one per log interval); ``[]`` when there is none."""
     path = Path(str(path))
     return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+
+
+def show_verdicts(verdicts_json: str | Path | None, ids: Iterable[str]) -> None:
+    """Displays the scorecard rows (``verdicts.json``) of the claims ``ids`` as a table: paired
+    difference with its 95% interval, n seeds, Holm-adjusted p, verdict, detectable effect or
+    what the claim needs, censored speed-up. An empty ``ids`` says the report tests no claim."""
+    ids = list(ids)
+    if not ids:
+        display(Markdown("**Verdicts.** This report tests none of the papers' claims on the scorecard "
+                         "(`index.html`): its numbers describe what happened and state no finding."))
+        return
+    rows = scorecard_rows(load_verdicts(verdicts_json), ids)
+    if not rows:
+        display(Markdown("**Verdicts.** _No verdicts.json for this study yet._"))
+        return
+    table = pd.DataFrame([{header: r[key] for key, header in COLUMNS} for r in rows])
+    display(Markdown("**Verdicts on the claims this report covers** (paired by seed, 95% t-interval, "
+                     "Holm-adjusted p; docs/methods.md §9):"))
+    display(HTML(table.to_html(index=False, escape=True)))
+
+
+_DIRECTION = {"reproduced": "lower than the baseline", "contradicted": "higher than the baseline",
+              "inconclusive": "inconclusive"}
+
+
+def comparison_table(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
+    """Every arm of ``study``'s group against the group's baseline arm, paired by seed
+    (:func:`timestep_lab.verdicts.study_comparisons`): one row per arm with the final-FID
+    difference and 95% interval, the geometric-mean FID ratio and its interval, n, the
+    Holm-adjusted p, the finding (lower / higher than the baseline, or inconclusive), the smallest
+    difference detectable with 80% power, and the censored per-seed speed-up."""
+    comps = study_comparisons(study.metrics, base_batch=base_batch)
+    rows = []
+    for key, group in comps.items():
+        if key.split("/")[0] != study.group:
+            continue
+        for arm, c in group["comparisons"].items():
+            log = c.get("log") or {}
+            ratio = [math.exp(x) if x is not None and math.isfinite(x) else math.nan
+                     for x in (log.get("diff"), log.get("ci_low"), log.get("ci_high"))]
+            rows.append({
+                "comparison": key, "arm": arm, "baseline": group["baseline"], "n seeds": c["n"],
+                f"{study.label} difference [95% CI]": format_difference(c),
+                "FID ratio [95% CI]": (f"{ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}]"
+                                       if all(math.isfinite(r) for r in ratio) else "n/a"),
+                "Holm p": c.get("p_adj"),
+                "final FID": _DIRECTION.get(c.get("verdict"), "n/a") if c["n"] >= 2 else "no finding (n < 2)",
+                "detectable |difference|": c.get("detectable"),
+                "speed-up (censored)": speedup_text(c.get("speedup")) or "",
+            })
+    return pd.DataFrame(rows)
+
+
+def show_comparisons(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
+    """Displays :func:`comparison_table` (or a line saying why there is none) and returns it."""
+    table = comparison_table(study, base_batch=base_batch)
+    if not len(table):
+        display(Markdown("_No paired comparison: the group's baseline arm has no finished seed._"))
+        return table
+    display(table.style.format({"Holm p": "{:.3g}", "detectable |difference|": "{:.3g}"}, na_rep="n/a")
+            .hide(axis="index"))
+    return table

@@ -19,15 +19,20 @@ __all__ = ["dvc_export"]
 
 def dvc_export(summary_json: str, metrics_csv: str, profile_json: str, metrics_out: str, fid_progress_out: str,
                loss_profile_out: str) -> None:
-    """Flat files for ``dvc metrics`` / ``dvc plots``: final FID per group variant, FID against
+    """Flat files for ``dvc metrics`` / ``dvc plots``: final FID per group variant, the paired
+    comparisons of every group (difference, 95% interval, Holm p), FID against
     images seen per sampler-comparison variant (mean over seeds), and the reference loss profile."""
     summary = json.loads(Path(summary_json).read_text())
     flat = {"runs": summary.get("runs", 0), "failed_runs": len(summary.get("failed_runs", []))}
     for group, variants in (summary.get("fid") or {}).items():
         for variant, stats in variants.items():
             flat[f"fid.{group}.{variant.split('+')[0]}+{variant.split('+')[1]}"] = round(stats["mean"], 4)
-    for variant, value in (summary.get("speedup") or {}).items():
-        flat[f"speedup.{variant}"] = None if value is None else round(value, 4)
+    # paired differences (arm - baseline, final FID) with their 95% interval and Holm p; no
+    # mean-curve speed-up (docs/methods.md §9.4)
+    for group, comp in (summary.get("comparisons") or {}).items():
+        for arm, c in (comp.get("comparisons") or {}).items():
+            for key in ("diff", "ci_low", "ci_high", "p_adj"):
+                flat[f"paired.{group}.{arm}.{key}"] = None if c.get(key) is None else round(c[key], 4)
     atomic_write_json(metrics_out, flat)
     metrics = pd.read_csv(metrics_csv)
     prog = metrics[(metrics["stage"] == "progress") & (metrics["metric"] == "fid") & (metrics["tool"] == "torch-fidelity")]

@@ -1,0 +1,60 @@
+"""The smoke study's DAG, planned by `snakemake -n` in a fresh copy of the repo: the verdict
+wiring (interference against its control over every seed, verdicts.json, every report and the
+index reading it) and the single-seed interference matrix built from the reference seed only."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from worktree import copy_worktree, run, study_env
+
+pytestmark = pytest.mark.workflow
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory) -> str:
+    root = copy_worktree(tmp_path_factory.mktemp("dag") / "repo")
+    r = run(["snakemake", "-n", "-p", "--configfile", "config/smoke.yaml"], root, study_env(), timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:]
+    return r.stdout
+
+
+def _jobs(plan: str, rule: str) -> list[str]:
+    """The dry run's block of every job of ``rule`` (from its ``rule <name>:`` line to the next job)."""
+    blocks = re.split(r"\n(?=\[[^\]]+\]\n(?:local)?rule )", plan)
+    return [b for b in blocks if re.search(rf"^(?:local)?rule {rule}:", b.split("\n", 2)[1] if "\n" in b else "")]
+
+
+def test_interference_control_and_verdicts_are_planned(plan):
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.split("Job stats:", 1)[1], flags=re.M))
+    assert counts["interference"] == "1" and counts["interference_control"] == "1" and counts["verdicts"] == "1"
+    (ctl,) = _jobs(plan, "interference_control")
+    # every seed's slot fine-tunes (smoke: slots 3 and 9, seeds 0 and 1) and both uniform-t controls
+    for seed, run_suffix in ((0, ""), (1, "_s1")):
+        for k in (3, 9):
+            assert f"{seed}:{k}=results/smoke/analyses/profiles/finetune_slot{k}{run_suffix}.json" in ctl
+        assert f"{seed}=results/smoke/analyses/profiles/finetune_uniform{run_suffix}.json" in ctl
+    (verdicts,) = _jobs(plan, "verdicts")
+    for path in ("metrics.csv", "runs.csv", "analyses/interference_control.json", "analyses/consistency.json"):
+        assert f"results/smoke/{path}" in verdicts
+    assert "output: results/smoke/verdicts.json" in verdicts
+
+
+def test_single_seed_matrix_uses_the_reference_seed_only(plan):
+    (job,) = _jobs(plan, "interference")
+    assert "--finetuned 3=results/smoke/analyses/profiles/finetune_slot3.json " \
+           "9=results/smoke/analyses/profiles/finetune_slot9.json --slots" in job
+    assert "_s1" not in job  # no slot given twice (the other seed's fine-tunes collided here before)
+
+
+def test_every_report_and_the_index_read_the_verdicts(plan):
+    reports = _jobs(plan, "report")
+    assert len(reports) == 8
+    for job in reports:
+        assert "-p verdicts results/smoke/verdicts.json" in job, job[:300]
+    (slot,) = [j for j in reports if "reports/slot_finetune.py" in j]
+    assert "-p interference_control results/smoke/analyses/interference_control.json" in slot
+    (index,) = _jobs(plan, "index")
+    assert "results/smoke/verdicts.json" in index

@@ -1,0 +1,24 @@
+# One verdict per paper claim (docs/methods.md §9.3): the collected metrics and the analyses'
+# effects in, verdicts.json out. Its own file: the scorecard reads every group and two analyses.
+
+
+localrules:
+    verdicts,
+
+
+rule verdicts:
+    """reproduced / contradicted / inconclusive / not run per claim (timestep_lab.verdicts.CLAIMS)."""
+    input:
+        unpack(verdict_inputs),
+    output:
+        f"{RES}/verdicts.json",
+    params:
+        study=STUDY,
+        base_batch=lambda wc: RUNS["reference"].axes.get("batch_size") if "reference" in RUNS else None,
+    log:
+        f"{LOGS}/verdicts.log",
+    run:
+        from timestep_lab.workflow.collect import write_verdicts  # pandas: imported by this job only
+
+        write_verdicts(input.metrics, output[0], runs_csv=input.runs, interference=input.get("interference"),
+                       consistency=input.get("consistency"), base_batch=params.base_batch, study=params.study)
