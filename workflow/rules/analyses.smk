@@ -85,6 +85,8 @@ rule interference_control:
         controls=lambda wc, input: [f"{RUNS[r].extra['seed']}={p}" for r, p in zip(control_runs(), input.controls)],
     log:
         f"{LOGS}/analyses/interference_control.log",
+    benchmark:
+        f"{BENCH}/interference_control/interference_control.tsv",
     conda:
         "../../envs/conda.yaml"
     shell:

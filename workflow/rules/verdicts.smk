@@ -17,6 +17,8 @@ rule verdicts:
         base_batch=lambda wc: RUNS["reference"].axes.get("batch_size") if "reference" in RUNS else None,
     log:
         f"{LOGS}/verdicts.log",
+    benchmark:
+        f"{BENCH}/verdicts/verdicts.tsv",
     run:
         from timestep_lab.workflow.collect import write_verdicts  # pandas: imported by this job only
 
