@@ -103,3 +103,24 @@ def test_estimate_beside_measured_cost(tmp_path):
     assert (rows["train"]["est_jobs"], rows["train"]["jobs"], rows["train"]["cpu_s"]) == (2, 2, 21.0)
     assert rows["report"]["jobs"] is None and rows["evaluate"]["est_jobs"] is None
     assert (rows["total"]["est_jobs"], rows["total"]["jobs"], rows["total"]["cpu_s"]) == (10, 4, 25.0)
+
+
+def test_index_shows_the_estimate_beside_the_measured_cost(tmp_path):
+    from timestep_lab.reporting import render_index
+
+    res = _study(tmp_path)
+    (res / "summary.json").write_text(json.dumps({"runs": 2, "failed_runs": []}))
+    est = res / "estimate.json"
+    est.write_text(json.dumps({"device": "cpu", "device_name": "CPU core", "rules": [
+        {"rule": "train", "jobs": 2, "gpu_hours": 0.0061, "basis": "measured"}], "total": {"jobs": 2, "gpu_hours": 0.0061}}))
+    html = render_index(ROOT / "reports" / "index.html.j2", tmp_path / "index.html", study="toy",
+                        summary=res / "summary.json", reports=[], config_source="config/toy.yaml",
+                        estimate=est, results_dir=res).read_text()
+    table = html.split('<table class="cost">', 1)[1].split("</table>", 1)[0]
+    import re
+
+    rows = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+            for r in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)[1:]]
+    assert rows[0] == ["train", "2", "0.0061", "measured", "2", "21.0", "22.0", "320"]
+    assert rows[-1][:1] == ["total"] and rows[-1][4:6] == ["4", "25.0"]
+    assert "CPU-core-hours" in html and "CPU core" in html

@@ -66,12 +66,14 @@ rule index:
         summary=f"{RES}/summary.json",
         verdicts=VERDICTS,
         slots=f"{RES}/analyses/slots.json",
+        estimate=f"{RES}/estimate.json",
         template="reports/index.html.j2",
     output:
         f"{REPORTS}/index.html",
     params:
         study=STUDY,
         config_source=CONFIG_SOURCE,
+        res=lambda wc, input: os.path.dirname(input.summary),  # results/<study>: its benchmark files
     log:
         f"{LOGS}/report/index.log",
     benchmark:
@@ -80,4 +82,21 @@ rule index:
         from timestep_lab.reporting import render_index
 
         render_index(input.template, output[0], study=params.study, summary=input.summary, slots=input.slots,
-                     verdicts=input.verdicts, reports=list(input.reports), config_source=params.config_source)
+                     verdicts=input.verdicts, reports=list(input.reports), config_source=params.config_source,
+                     estimate=input.estimate, results_dir=params.res)
+
+
+rule estimate:
+    """What the study should cost, per rule (the study index shows it beside the measured cost)."""
+    input:
+        CONFIG_SOURCE,
+    output:
+        f"{RES}/estimate.json",
+    log:
+        f"{LOGS}/estimate.log",
+    benchmark:
+        f"{BENCH}/estimate/estimate.tsv",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab estimate {input:q} --out {output:q} > {log} 2>&1"

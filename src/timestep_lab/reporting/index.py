@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from timestep_lab.io import atomic_write_text
+from timestep_lab.reporting.cost import estimate_vs_measured, study_cost
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import COLUMNS, load_verdicts, scorecard_rows
 
@@ -35,14 +36,23 @@ PAPER_NUMBERS = [
 
 def render_index(template: str | Path, out_html: str | Path, *, study: str, summary: str | Path,
                  reports: list[str], config_source: str, verdicts: str | Path | None = None,
-                 slots: str | Path | None = None, pending: list[str] | None = None) -> Path:
-    """The study's ``index.html``: scorecard, the papers' figures beside our verdicts, protocol, links."""
+                 slots: str | Path | None = None, pending: list[str] | None = None,
+                 estimate: str | Path | None = None, results_dir: str | Path | None = None) -> Path:
+    """The study's ``index.html``: scorecard, the papers' figures beside our verdicts, protocol, the
+    cost estimate (``estimate``: the JSON of ``estimate --out``) beside the measured cost per rule (the
+    benchmark files under ``results_dir``, :mod:`timestep_lab.reporting.cost`), links."""
     import jinja2  # only the Snakemake index job renders; the rule's module import stays light
 
     summary_data = json.loads(Path(summary).read_text())
     if slots is not None and Path(slots).exists():
         summary_data["slots"] = json.loads(Path(slots).read_text())["slots"]
     card = scorecard_rows(load_verdicts(verdicts))
+    est = json.loads(Path(estimate).read_text()) if estimate is not None and Path(estimate).exists() else None
+    try:
+        measured = study_cost(results_dir) if results_dir is not None else {}
+    except (FileNotFoundError, ValueError):  # not run yet, or a malformed benchmark file: show the estimate alone
+        measured = {}
+    cost = estimate_vs_measured(est, measured) if (est or measured) else []
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(template).parent)), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     page = env.get_template(Path(template).name).render(
@@ -50,7 +60,8 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
         scorecard=card, columns=COLUMNS, headline=headline_rows(summary_data, card),
         protocol=protocol_lines(summary_data),
         reports=[{"name": Path(r).stem.replace("_", " "), "file": Path(r).name} for r in reports],
-        pending=pending or [], papers=PAPER_NUMBERS,
+        pending=pending or [], papers=PAPER_NUMBERS, cost=cost,
+        cost_device=(est or {}).get("device_name", "n/a"), cost_gpu=bool(est and est.get("device") != "cpu"),
     )
     atomic_write_text(out_html, page)
     return Path(out_html)
