@@ -213,3 +213,45 @@ def test_evaluate_and_reference_stats_show_a_progress_bar(digits_dir, digits_tes
     assert main(["evaluate", "--samples", str(samples), "--reference", str(ref), "--out", str(tmp_path / "m.json"),
                  "--set", "eval.num_samples=64", "--no-progress", *common]) == 0
     assert "evaluate:" not in capsys.readouterr().err
+
+
+def _readme_library_block() -> list[str]:
+    """The commands of the README's library block (continuation lines joined, comments dropped)."""
+    import shlex
+
+    from worktree import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```bash", text.index("The library is usable without Snakemake")) + len("```bash")
+    block = text[start:text.index("```", start)].replace("\\\n", " ")
+    return [" ".join(shlex.split(line, comments=True)) for line in block.splitlines() if line.split("#")[0].strip()]
+
+
+def test_readme_library_block_runs_on_a_fresh_clone_and_leaves_the_root_clean(tmp_path):
+    """The README's library commands, in order, on a fresh copy of the repo: the test split that
+    train-features needs is prepared, and every file goes under data/ or results/ (git-ignored).
+    Run length, sampler steps and CNN epochs are cut here; paths and flags are the README's."""
+    import os
+    import re
+    import shlex
+    import subprocess
+
+    from worktree import copy_worktree, run
+
+    root = copy_worktree(tmp_path / "clone")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "clone"], cwd=root, check=True)
+    before = set(os.listdir(root))
+    commands = _readme_library_block()
+    assert any(" prepare digits --split test " in f" {c} " for c in commands), commands
+    for cmd in commands:
+        fast = re.sub(r"train\.total_kimg=\S+", "train.total_kimg=0.256", cmd)
+        fast = re.sub(r"sample\.steps=\d+", "sample.steps=5", fast)
+        fast += " --epochs 1" if " train-features " in fast else ""
+        r = run(shlex.split(fast), root, timeout=300)
+        assert r.returncode == 0, f"{cmd}\n{r.stdout[-3000:]}"
+    assert set(os.listdir(root)) - before <= {"data", "results"}, set(os.listdir(root)) - before
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+    assert status == "", status  # nothing written outside the ignored folders
+    assert (root / "results" / "digits-run" / "metrics.json").is_file()
