@@ -60,11 +60,26 @@ def test_stop_and_resume_is_bit_identical(tiny_cfg, tmp_path):
     assert lf == lp
 
 
-def test_resume_refuses_a_changed_config(tiny_cfg, tmp_path):
-    train(tiny_cfg, tmp_path / "r", progress=False, stop_after_kimg=0.32)
+def test_a_changed_config_sets_the_old_run_aside_and_starts_fresh(tiny_cfg, tmp_path, caplog):
+    """The training state is keyed to its config: a changed optim.lr does not resume the old
+    state (nor fail); that run moves to stale-<hash>/ and the new one starts from zero. The
+    same config again resumes, to the weights of an uninterrupted run."""
+    out = tmp_path / "r"
+    train(tiny_cfg, out, progress=False, stop_after_kimg=0.32)
     changed = tiny_config(tiny_cfg.data.path, optim={"lr": 1e-3})
-    with pytest.raises(ValueError, match="different config.*optim.lr"):
-        train(changed, tmp_path / "r", progress=False)
+    with caplog.at_level("INFO", logger="timestep_lab"):
+        part = train(changed, out, progress=False, stop_after_kimg=0.16)
+    assert part.status == "incomplete" and part.nimg == 160  # from zero, not from the old 320
+    assert "different config (optim.lr)" in caplog.text and "set aside in stale-" in caplog.text
+    (stale,) = out.glob("stale-*")
+    assert load_torch(stale / "train_state" / "checkpoint.pt")["config"]["optim"]["lr"] == tiny_cfg.optim.lr
+    caplog.clear()
+    with caplog.at_level("INFO", logger="timestep_lab"):
+        train(changed, out, progress=False)  # unchanged now: resumes
+    assert "resumed" in caplog.text and "set aside" not in caplog.text
+    full = train(changed, tmp_path / "full", progress=False)
+    assert_same_weights(weights(full.model_path), weights(out / "model.pt"))
+    assert load_torch(out / "model.pt")["config"]["optim"]["lr"] == 1e-3
 
 
 def _cli(*args, threads=1):

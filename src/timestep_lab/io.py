@@ -26,6 +26,7 @@ __all__ = [
     "ArtifactError",
     "UnsafeCheckpointError",
     "atomic_path",
+    "check_writable",
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_write_json",
@@ -71,6 +72,31 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
         raise
 
 
+def check_writable(path: str | Path, folder: bool = False) -> None:
+    """Fail now, naming ``path``, if it could not be written later: ``path`` (a file, or a folder
+    when ``folder``) must not be the other kind, and its nearest existing ancestor must be a
+    writable folder (not a regular file). Creates nothing. Commands call this before their work
+    so a bad ``--out`` does not cost a whole computation first.
+
+    :raises ArtifactError: naming ``path`` and the reason.
+    """
+    path = Path(path)
+    if path.is_dir() and not folder:
+        raise ArtifactError(f"{path}: is a folder; give the file name to write")
+    if path.exists() and not path.is_dir() and folder:
+        raise ArtifactError(f"{path}: is a file; give a folder to write into")
+    start = path if folder and path.is_dir() else path.parent
+    for anc in (start, *start.parents):
+        if anc.exists():
+            if not anc.is_dir():
+                raise ArtifactError(f"{path}: cannot be written: {anc} is a file, not a folder")
+            if not os.access(anc, os.W_OK | os.X_OK):
+                raise ArtifactError(f"{path}: cannot be written: folder {anc} is not writable")
+            return
+        if anc.is_symlink():  # a dangling link where a folder should be
+            raise ArtifactError(f"{path}: cannot be written: {anc} is a broken link")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -104,8 +130,12 @@ def read_json(path: str | Path) -> Any:
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise ArtifactError(f"{path}: file not found") from None
+    except UnicodeDecodeError:
+        raise ArtifactError(f"{path}: not a JSON file (its bytes are not UTF-8 text)") from None
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path}: corrupted JSON ({exc})") from None
+    except OSError as exc:  # a folder, no permission
+        raise ArtifactError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

@@ -19,14 +19,16 @@ import socket
 import time
 from pathlib import Path
 
+from timestep_lab.io import ArtifactError
+
 __all__ = ["RunLock", "RunLockedError", "LOCK_NAME"]
 
 LOCK_NAME = ".lock"
 log = logging.getLogger("timestep_lab")
 
 
-class RunLockedError(RuntimeError):
-    """Another live process is writing the same run folder."""
+class RunLockedError(ArtifactError):
+    """Another live process is writing the same run folder (the CLI: one ``error:`` line, exit 2)."""
 
 
 def _alive(pid: int) -> bool:
@@ -61,7 +63,10 @@ class RunLock:
         return True
 
     def __enter__(self) -> "RunLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # e.g. a regular file where the run folder or one of its parents should be
+            raise ArtifactError(f"{self.path.parent}: cannot create the run folder ({exc.strerror or exc})") from None
         for _ in range(3):  # create, or take over a stale lock and retry (another process may race us)
             if self._create():
                 return self

@@ -1,5 +1,6 @@
 # The seed paper's analyses (docs/methods.md §3) and the consistency study (4): files in, files out.
 # The computations live in timestep_lab.studies; these rules only wire files together.
+# Every value reaches the shell quoted ({...:q}); multi-argument params are lists (common.smk).
 
 
 rule profile_losses:
@@ -24,8 +25,8 @@ rule profile_losses:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab profile --model {params.model} --format {params.fmt} --data {params.data} {params.bank}"
-        " --out {output} --threads {threads} --no-progress > {log} 2>&1"
+        "python -m timestep_lab profile --model {params.model:q} --format {params.fmt:q} --data {params.data:q}"
+        " {params.bank:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
 rule slots:
@@ -43,7 +44,7 @@ rule slots:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab slots --profile {input} --n-slots {params.n} --out {output} > {log} 2>&1"
+        "python -m timestep_lab slots --profile {input:q} --n-slots {params.n:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule interference:
@@ -105,9 +106,9 @@ rule sample_contribution:
     params:
         model=lambda wc: model_path("reference"),
         fmt=model_format("reference"),
-        gt=lambda wc: (f"--gt-data {prepared(config['data']['test_split'] or config['data']['train_split'])}"
-                       f" --gt-range {CONTRIB_RANGES[wc.label][0]} {CONTRIB_RANGES[wc.label][1]}")
-        if CONTRIB_RANGES[wc.label] else "",
+        gt=lambda wc: ["--gt-data", prepared(config["data"]["test_split"] or config["data"]["train_split"]),
+                       "--gt-range", str(CONTRIB_RANGES[wc.label][0]), str(CONTRIB_RANGES[wc.label][1])]
+        if CONTRIB_RANGES[wc.label] else [],
         sets=eval_sample_overrides(AN.get("timestep_contribution", {}).get("num_samples", 500)),
     log:
         f"{LOGS}/analyses/contribution_{{label}}.log",
@@ -119,8 +120,8 @@ rule sample_contribution:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab sample --model {params.model} --format {params.fmt} {params.gt} --out {output.npz} --grid {output.png}"
-        " {params.sets} --threads {threads} --no-progress > {log} 2>&1"
+        "python -m timestep_lab sample --model {params.model:q} --format {params.fmt:q} {params.gt:q} --out {output.npz:q}"
+        " --grid {output.png:q} {params.sets:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
 use rule evaluate as evaluate_contribution with:
@@ -145,7 +146,7 @@ rule posterior:
     params:
         model=lambda wc: model_path("reference"),
         fmt=model_format("reference"),
-        ranges=" ".join(f"{lo} {hi}" for lo, hi in AN.get("timestep_contribution", {}).get("ranges", [])),
+        ranges=[str(x) for lo_hi in AN.get("timestep_contribution", {}).get("ranges", []) for x in lo_hi],
     log:
         f"{LOGS}/analyses/posterior.log",
     benchmark:
@@ -153,7 +154,8 @@ rule posterior:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab posterior --model {params.model} --format {params.fmt} --ranges {params.ranges} --out {output} > {log} 2>&1"
+        "python -m timestep_lab posterior --model {params.model:q} --format {params.fmt:q} --ranges {params.ranges:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule profile_predictions:
@@ -164,7 +166,7 @@ rule profile_predictions:
     output:
         f"{RES}/analyses/prediction_types.json",
     params:
-        models=" ".join(f"{k}={model_path(r)}" for k, r in prediction_runs().items()),
+        models=[f"{k}={model_path(r)}" for k, r in prediction_runs().items()],
         data=parent_dir("data"),
         bank=profile_args("predictions"),
     log:
@@ -177,8 +179,8 @@ rule profile_predictions:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab predictions-profile --models {params.models} --data {params.data} {params.bank} --out {output}"
-        " --threads {threads} > {log} 2>&1"
+        "python -m timestep_lab predictions-profile --models {params.models:q} --data {params.data:q} {params.bank:q}"
+        " --out {output:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule consistency:
@@ -189,8 +191,8 @@ rule consistency:
     output:
         f"{RES}/analyses/consistency.json",
     params:
-        samples=" ".join(f"{r}={run_dir(r)}/samples.npz" for r in consistency_runs()),
-        weights=weights_arg() if config["evaluation"]["extractor"] == "digits-cnn" else "",
+        samples=[f"{r}={run_dir(r)}/samples.npz" for r in consistency_runs()],
+        weights=weights_arg() if config["evaluation"]["extractor"] == "digits-cnn" else [],
     log:
         f"{LOGS}/analyses/consistency.log",
     benchmark:
@@ -198,4 +200,4 @@ rule consistency:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab consistency --samples {params.samples} {params.weights} --out {output} > {log} 2>&1"
+        "python -m timestep_lab consistency --samples {params.samples:q} {params.weights:q} --out {output:q} > {log:q} 2>&1"

@@ -155,16 +155,21 @@ def feature_weights_input():
     return [w] if config["evaluation"]["extractor"] == "digits-cnn" else external(w)
 
 
+# Every value pasted into a shell command goes through the `q` format spec (shell-quoted; a list
+# is quoted element by element), so helpers that build several arguments return lists, never
+# pre-joined strings: no config value is read by the shell as code, a path with a space stays one
+# argument (tests/test_injection.py).
+
+
 def weights_arg():
-    w = feature_weights()
-    return f"--weights {w}" if w else ""
+    return W.opt("--weights", feature_weights())
 
 
 def eval_sample_overrides(num_samples):
     s = config["evaluation"]["sample"]
     sets = [f"sample.num_samples={num_samples}"]
     sets += [f"sample.{k}={'null' if v is None else v}" for k, v in s.items()]
-    return " ".join(f"--set {x}" for x in sets)
+    return [arg for x in sets for arg in ("--set", x)]
 
 
 def final_outputs():
@@ -193,11 +198,11 @@ def model_format(run):
 
 def profile_args(run):
     p = PROFILE
-    args = (f"--num-images {p.get('num_images', 256)} --stride {p.get('stride', 1)} --seed {p.get('seed', 1234)}"
-            f" --batch-size {p.get('batch_size', 256)}")
+    args = ["--num-images", p.get("num_images", 256), "--stride", p.get("stride", 1), "--seed", p.get("seed", 1234),
+            "--batch-size", p.get("batch_size", 256)]
     if run == "reference":  # gradient-norm variance only for the reference model
-        args += f" --grad-timesteps {p.get('grad_timesteps', 0)} --grad-samples {p.get('grad_samples', 16)}"
-    return args
+        args += ["--grad-timesteps", p.get("grad_timesteps", 0), "--grad-samples", p.get("grad_samples", 16)]
+    return [str(a) for a in args]
 
 
 def finetune_runs(seed=None):

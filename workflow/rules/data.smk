@@ -7,8 +7,9 @@ rule prepare_data:
         images="data/prepared/{name}-{split}/images.npy",
     params:
         dataset=config["data"]["dataset"],
-        source=config["data"]["source"] or "",
-        resolution=config["data"]["resolution"] or "",
+        split=lambda wc: wc.split,
+        source=W.opt("--source", config["data"]["source"]),
+        resolution=W.opt("--resolution", config["data"]["resolution"]),
         out=lambda wc, output: os.path.dirname(output.manifest),
     log:
         "logs/prepare/{name}-{split}.log",
@@ -16,7 +17,6 @@ rule prepare_data:
         f"{BENCH}/prepare_data/{{name}}-{{split}}.tsv",
     conda:
         "../../envs/conda.yaml"
-    shell:
-        "python -m timestep_lab prepare {params.dataset} --split {wildcards.split} --out {params.out}"
-        " $( [ -n '{params.source}' ] && echo --source '{params.source}' )"
-        " $( [ -n '{params.resolution}' ] && echo --resolution {params.resolution} ) > {log} 2>&1"
+    shell:  # every value quoted (:q); optional flags are lists, empty when unset
+        "python -m timestep_lab prepare {params.dataset:q} --split {params.split:q} --out {params.out:q}"
+        " {params.source:q} {params.resolution:q} > {log:q} 2>&1"

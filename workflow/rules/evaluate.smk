@@ -1,5 +1,6 @@
 # Sampling and FID/KID: reference statistics once per data set and feature extractor, then
 # samples and metrics per run, and FID against images seen for runs followed during training.
+# Every value reaches the shell quoted ({...:q}); multi-argument params are lists (common.smk).
 
 
 rule train_features:
@@ -20,8 +21,8 @@ rule train_features:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab train-features --data {params.train} --test-data {params.test} --out {output}"
-        " --threads {threads} > {log} 2>&1"
+        "python -m timestep_lab train-features --data {params.train:q} --test-data {params.test:q} --out {output:q}"
+        " --threads {threads} > {log:q} 2>&1"
 
 
 rule reference_stats:
@@ -45,8 +46,8 @@ rule reference_stats:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab reference-stats --data {params.data} --extractor {params.extractor} {params.weights}"
-        " {params.max_images} --out {output} --threads {threads} > {log} 2>&1"
+        "python -m timestep_lab reference-stats --data {params.data:q} --extractor {params.extractor:q} {params.weights:q}"
+        " {params.max_images:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
 rule sample:
@@ -68,8 +69,8 @@ rule sample:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab sample --model {params.model} --out {output.npz} --grid {output.png} {params.sets}"
-        " --threads {threads} --no-progress > {log} 2>&1"
+        "python -m timestep_lab sample --model {params.model:q} --out {output.npz:q} --grid {output.png:q} {params.sets:q}"
+        " --threads {threads} --no-progress > {log:q} 2>&1"
 
 
 rule evaluate:
@@ -91,8 +92,8 @@ rule evaluate:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab evaluate --samples {input.samples} --reference {input.reference} {params.weights}"
-        " --out {output} --threads {threads} > {log} 2>&1"
+        "python -m timestep_lab evaluate --samples {input.samples:q} --reference {input.reference:q} {params.weights:q}"
+        " --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
 rule evaluate_progress:
@@ -116,8 +117,8 @@ rule evaluate_progress:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab evaluate-snapshots --snapshots {input.snapshots} --reference {input.reference} {params.weights}"
-        " {params.sets} --out {output} --threads {threads} > {log} 2>&1"
+        "python -m timestep_lab evaluate-snapshots --snapshots {input.snapshots:q} --reference {input.reference:q}"
+        " {params.weights:q} {params.sets:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
 rule collect:

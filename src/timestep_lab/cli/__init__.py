@@ -14,9 +14,9 @@ import argparse
 import logging
 import sys
 
-from timestep_lab.cli.common import COMMANDS
+from timestep_lab.cli.common import COMMANDS, OUTPUT_OPTIONS
 from timestep_lab.config import ConfigError
-from timestep_lab.io import ArtifactError
+from timestep_lab.io import ArtifactError, check_writable
 
 # Registration order is the order of the commands in --help (pipeline order), so keep it unsorted.
 # isort: off
@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     from timestep_lab.train import NonFiniteLossError  # torch: only once a command runs
 
     try:
+        for name in OUTPUT_OPTIONS:  # a bad --out fails now, not after the work
+            if getattr(args, name, None) is not None:
+                check_writable(getattr(args, name), folder=name == "out" and args._out_folder)
         return int(args._run(args) or 0)
     except (ConfigError, ArtifactError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from dataclasses import fields
 from pathlib import Path
 from typing import Callable
 
@@ -31,7 +32,7 @@ from timestep_lab.config import (
 from timestep_lab.io import load_torch
 
 __all__ = [
-    "COMMANDS", "FORMATS", "command", "config_args", "runtime_args", "load_run_config", "eval_config",
+    "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "config_args", "runtime_args", "load_run_config", "eval_config",
     "sample_config", "setup_torch", "world", "device", "log",
 ]
 
@@ -43,19 +44,24 @@ Run = Callable[[argparse.Namespace], int]
 #: name -> (add the sub-parser to an ``add_subparsers()`` object, run function); in registration order.
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Run]] = {}
 
+#: option destinations that name files (or, for ``out`` with ``out_folder``, folders) a command writes.
+OUTPUT_OPTIONS = ("out", "grid")
+
 #: checkpoint formats a ``--format`` option accepts.
 FORMATS = ("timestep_lab", "diffusers", "guided_diffusion")
 
 
-def command(name: str, help: str, configure: Configure) -> Callable[[Run], Run]:
+def command(name: str, help: str, configure: Configure, out_folder: bool = False) -> Callable[[Run], Run]:
     """Register the decorated ``run(args) -> exit status`` as command ``name``; ``configure(parser)``
-    adds its options. The run function's docstring becomes the command's ``--help`` description."""
+    adds its options. The run function's docstring becomes the command's ``--help`` description.
+    ``out_folder``: the command's ``--out`` is a folder (else a file); the entry checks every
+    output (:data:`OUTPUT_OPTIONS`) is writable before the command runs."""
 
     def deco(fn: Run) -> Run:
         def add(sub) -> None:
             p = sub.add_parser(name, help=help, description=(fn.__doc__ or help).strip())
             configure(p)
-            p.set_defaults(_run=fn)
+            p.set_defaults(_run=fn, _out_folder=out_folder)
 
         COMMANDS[name] = (add, fn)
         return fn
@@ -107,6 +113,12 @@ def eval_config(args: argparse.Namespace, allowed: tuple[str, ...] = ("eval",)) 
 def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: str = "timestep_lab") -> SampleConfig:
     """The model's own ``sample:`` settings (timestep_lab files only), changed by ``config``'s sample
     section and then by ``overrides`` (``sample.KEY=VALUE``)."""
+    for o in overrides:  # before any work: an override this command would not use is an error, not a no-op
+        key = o.split("=", 1)[0].strip()
+        if key.split(".", 1)[0] != "sample":
+            leaf = key.rsplit(".", 1)[-1]
+            hint = f" (did you mean sample.{leaf}?)" if leaf in {f.name for f in fields(SampleConfig)} else ""
+            raise ConfigError(f"--set {o}: sampling takes only sample.* overrides; '{key}' is not used here{hint}")
     data = {}
     if fmt == "timestep_lab":
         obj = load_torch(model)

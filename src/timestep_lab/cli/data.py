@@ -24,7 +24,8 @@ def _prepare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resolution", type=int, default=None, help="output resolution (celebahq, imagenet)")
 
 
-@command("prepare", "convert a raw data set into a prepared folder (uint8 array + manifest)", _prepare_args)
+@command("prepare", "convert a raw data set into a prepared folder (uint8 array + manifest)", _prepare_args,
+         out_folder=True)
 def cmd_prepare(args: argparse.Namespace) -> int:
     """Prepare a data set: digits (bundled), cifar10, celebahq or imagenet."""
     from timestep_lab.data import prepare
@@ -95,7 +96,7 @@ def cmd_reference_stats(args: argparse.Namespace) -> int:
             "count": len(data), "used": n, "selection": f"first {n}", "images_sha256": data.manifest.get("images_sha256"),
             "manifest_sha256": sha256_file(data.path / "manifest.json")}
     ref = compute_reference(np.asarray(data.images[:n]), args.out, spec, data_info=info, device=device(args),
-                            batch_size=cfg.batch_size)
+                            batch_size=cfg.batch_size, progress=not args.no_progress)
     log.info("%s reference (%d images, %s) -> %s (sha256 %s)", name, ref.count, ", ".join(ref.meta["tools"]),
              args.out, ref.sha256)
     return 0

@@ -42,7 +42,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from timestep_lab.metrics import evaluate_file
 
     res = evaluate_file(args.samples, args.reference, args.out, cfg=eval_config(args), weights=args.weights,
-                        device=device(args))
+                        device=device(args), progress=not args.no_progress)
     log.info("%s: %s -> %s", res["label"], ", ".join(f"{r['value']:.5g} ({r['tool']})" for r in res["records"]
                                                      if r["metric"] == "fid"), args.out)
     return 0

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from timestep_lab.cli.common import command, log
+from timestep_lab.config import ConfigError
 from timestep_lab.reporting import render_notebook
 
 
@@ -23,6 +24,8 @@ def _report_args(p: argparse.ArgumentParser) -> None:
 @command("report", "execute a report notebook with papermill and write self-contained HTML", _report_args)
 def cmd_report(args: argparse.Namespace) -> int:
     """Run reports/<name>.py (jupytext) with -p NAME VALUE parameters -> HTML."""
+    if not args.notebook.is_file():
+        raise ConfigError(f"{args.notebook}: report notebook not found")
     params = {}
     for name, value in args.parameters:
         params[name] = value

@@ -20,7 +20,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop-after-kimg", type=float, default=None, help="stop (resumably) after this many kimg")
 
 
-@command("train", "train one run into an output folder (resumes automatically)", _train_args)
+@command("train", "train one run into an output folder (resumes automatically)", _train_args, out_folder=True)
 def cmd_train(args: argparse.Namespace) -> int:
     """Train the run described by --config (plus --set overrides) into --out."""
     setup_torch(args)

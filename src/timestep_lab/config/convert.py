@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, Mapping
@@ -71,6 +72,8 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # .inf / .nan: no length, rate or interval is infinite
+                raise ConfigError(f"{source}: {key}: expected a finite number, got {value!r}")
             return float(value)
     elif tp is str:
         if isinstance(value, str):

@@ -53,6 +53,8 @@ def load_yaml(path: str | Path) -> Any:
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a YAML text file (its bytes are not UTF-8 text)") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
     try:

@@ -7,6 +7,7 @@ bottom to top:
                 where their weights come from (``download`` fetches missing files)
 ``fid``         the two library adapters (feature extraction, FID/KID/PR against stored
                 statistics) and an independent Fréchet distance for tests
+``progress``    a progress bar over a command's stages (one per tool)
 ``reference``   the reference statistics file ``REF.npz`` (compute once, load lazily)
 ``score``       images or a ``samples.npz`` -> the ``metrics.json`` record with its protocol
 

@@ -28,6 +28,7 @@ import torch
 from timestep_lab.io import ArtifactError, atomic_path, sha256_file
 from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
+from timestep_lab.metrics.progress import stages
 
 __all__ = ["REFERENCE_FORMAT", "Reference", "compute_reference", "load_reference"]
 
@@ -74,22 +75,25 @@ class Reference:
 
 
 def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExtractorSpec, *,
-                      data_info: dict[str, Any] | None = None, device: Any = "cpu", batch_size: int = 500) -> Reference:
-    """Extract the reference features with each tool of ``spec`` and write ``out`` (REF.npz) atomically."""
+                      data_info: dict[str, Any] | None = None, device: Any = "cpu", batch_size: int = 500,
+                      progress: bool = False) -> Reference:
+    """Extract the reference features with each tool of ``spec`` and write ``out`` (REF.npz) atomically
+    (``progress``: a bar over the tools)."""
     device = torch.device(device)
     images = to_extractor_input(images_nhwc, spec)
     if len(images) < 2:
         raise ArtifactError(f"a reference set needs at least 2 images, got {len(images)}")
     arrays: dict[str, np.ndarray] = {}
-    if "torch-fidelity" in spec.weights:
-        from torch_fidelity.metric_fid import fid_features_to_statistics  # slow to import, only needed here
+    for tool in stages([t for t in ("torch-fidelity", "clean-fid") if t in spec.weights], "reference", progress):
+        if tool == "torch-fidelity":
+            from torch_fidelity.metric_fid import fid_features_to_statistics  # slow to import, only needed here
 
-        feats = tf_features(images, spec, device, batch_size)
-        stats = fid_features_to_statistics(torch.from_numpy(feats))
-        arrays.update(tf_features=feats, tf_mu=stats["mu"], tf_sigma=stats["sigma"])
-    if "clean-fid" in spec.weights:
-        feats = cf_features(images, spec, device, batch_size).astype(np.float32)
-        arrays.update(cf_features=feats, cf_mu=np.mean(feats, axis=0), cf_sigma=np.cov(feats, rowvar=False))
+            feats = tf_features(images, spec, device, batch_size)
+            stats = fid_features_to_statistics(torch.from_numpy(feats))
+            arrays.update(tf_features=feats, tf_mu=stats["mu"], tf_sigma=stats["sigma"])
+        else:
+            feats = cf_features(images, spec, device, batch_size).astype(np.float32)
+            arrays.update(cf_features=feats, cf_mu=np.mean(feats, axis=0), cf_sigma=np.cov(feats, rowvar=False))
     meta = {
         "format": REFERENCE_FORMAT, "extractor": spec.name, "label": spec.label, "feature_dim": spec.feature_dim,
         "torch_fidelity_extractor": spec.tf_name, "feature_layer": spec.tf_layer, "tools": sorted(spec.weights),

@@ -22,6 +22,7 @@ from timestep_lab.config import EvalConfig
 from timestep_lab.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input
 from timestep_lab.metrics.fid import clean_fid_metrics, tool_versions, torch_fidelity_metrics
+from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference
 from timestep_lab.samples_file import load_samples
 
@@ -69,7 +70,7 @@ def _protocol(spec: FeatureExtractorSpec, ref: Reference, n: int, meta: dict[str
 
 def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference, *, cfg: EvalConfig = EvalConfig(),
                      weights: str | Path | None = None, samples_meta: dict[str, Any] | None = None,
-                     device: Any = "cpu") -> dict[str, Any]:
+                     device: Any = "cpu", progress: bool = False) -> dict[str, Any]:
     """Score uint8 NHWC images against a reference file with every tool in ``cfg.tools``.
 
     Returns the ``metrics.json`` dict: ``records`` (one per metric and tool, each with the full
@@ -95,7 +96,7 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
     protocol = _protocol(spec, ref, len(images), meta)
     runners = {"torch-fidelity": torch_fidelity_metrics, "clean-fid": clean_fid_metrics}
     records, values = [], {}
-    for tool in cfg.tools:
+    for tool in stages(cfg.tools, "evaluate", progress):
         t0 = time.perf_counter()
         values[tool] = runners[tool](images, ref, spec, cfg, device)
         log.debug("%s: %s in %.2f s", tool, values[tool], time.perf_counter() - t0)
@@ -118,10 +119,11 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
 
 
 def evaluate_file(samples_npz: str | Path, reference: str | Path, out_json: str | Path, *, cfg: EvalConfig = EvalConfig(),
-                  weights: str | Path | None = None, device: Any = "cpu") -> dict[str, Any]:
+                  weights: str | Path | None = None, device: Any = "cpu", progress: bool = False) -> dict[str, Any]:
     """``samples.npz`` -> ``metrics.json`` (written atomically)."""
     images, _, meta = load_samples(samples_npz)
-    result = evaluate_samples(images, reference, cfg=cfg, weights=weights, samples_meta=meta, device=device)
+    result = evaluate_samples(images, reference, cfg=cfg, weights=weights, samples_meta=meta, device=device,
+                              progress=progress)
     result["samples_file"] = str(samples_npz)
     atomic_write_json(out_json, result)
     return result

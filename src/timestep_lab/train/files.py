@@ -10,13 +10,23 @@ Files under ``out_dir``::
     model.pt                        final weights + metadata   } written when training ends,
     train_log.jsonl                 the complete log             } never half-written
     snapshots/                      the snapshots (hard links)  }
+    stale-<hash>/                   a run of another config, set aside (below)
+    .lock                           the writer's pid and host (timestep_lab.runlock)
+
+The training state is keyed to the config that wrote it: resuming with a config that differs in
+anything but :data:`RESUMABLE_CHANGES` (say ``optim.lr``, changed in a study config) does not
+fail; that run's files (``train_state/``, ``model.pt``, ``train_log.jsonl``, ``snapshots/``,
+``config.yaml``) move to ``stale-<first 8 hex digits of the old config's sha256>/`` with a
+logged warning naming the changed keys, and the run starts fresh. An unchanged config resumes.
 
 The files' formats are :mod:`timestep_lab.checkpoints.native`. Must not know the training step.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -31,6 +41,8 @@ from timestep_lab.optim import EMA
 
 __all__ = ["RESUMABLE_CHANGES", "RunPaths", "snapshot_name", "read_resume_checkpoint", "ema_state_dict", "publish",
            "truncate_log"]
+
+log = logging.getLogger(__name__)
 
 # config keys that may change between a checkpoint and its resumption
 RESUMABLE_CHANGES = ("train.total_kimg", "train.log_every_kimg", "train.checkpoint_every_kimg",
@@ -71,21 +83,41 @@ def snapshot_name(nimg: int) -> str:
     return f"snapshot-{int(nimg):09d}.pt"
 
 
-def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig) -> dict:
-    """``train_state/checkpoint.pt``, after checking it is ours and was written with ``cfg``
-    (up to :data:`RESUMABLE_CHANGES`).
+def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig, set_aside_stale: bool = True) -> dict | None:
+    """``train_state/checkpoint.pt`` when it is ours and was written with ``cfg`` (up to
+    :data:`RESUMABLE_CHANGES`); None when there is none, or when it was written with another
+    config: then that run is set aside (:func:`set_aside`; only where ``set_aside_stale``, i.e.
+    by the one process that writes files) and the caller starts fresh.
 
-    :raises ArtifactError: not a timestep_lab training checkpoint.
-    :raises ValueError: written with a different config, naming the keys that differ.
+    :raises ArtifactError: not a timestep_lab training checkpoint (or truncated, corrupted).
     """
+    if not paths.checkpoint.exists():
+        return None
     ckpt = load_torch(paths.checkpoint, map_location="cpu")
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("config"), dict):
         raise ArtifactError(f"{paths.checkpoint}: not a timestep_lab training checkpoint")
     changed = _resumable(_config_diff(ckpt["config"], config_to_dict(cfg)))
     if changed:
-        raise ValueError(f"{paths.checkpoint}: was written with a different config ({', '.join(changed)}); "
-                         f"use a new output folder or --no-resume to start over")
+        if not set_aside_stale:
+            return None
+        where = set_aside(paths, ckpt["config"])
+        log.warning("%s: train_state/ was written with a different config (%s); that run was set aside in %s/ "
+                    "and this one starts fresh", paths.out, ", ".join(changed), where.name)
+        return None
     return ckpt
+
+
+def set_aside(paths: RunPaths, old_config: dict) -> Path:
+    """Move the files of the run written with ``old_config`` to ``stale-<hash>/`` (a previous
+    copy under that name is replaced: it holds the same config's run)."""
+    digest = hashlib.sha256(json.dumps(old_config, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    dest = paths.out / f"stale-{digest}"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir()
+    for src in (paths.state, paths.model, paths.log, paths.snapshots, paths.config):
+        if src.exists():
+            os.replace(src, dest / src.name)
+    return dest
 
 
 def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:

@@ -16,6 +16,7 @@ through :func:`timestep_lab.checkpoints.load_init_weights`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -39,6 +40,7 @@ from timestep_lab.distributed import World
 from timestep_lab.io import load_torch, save_torch
 from timestep_lab.optim import EMA
 from timestep_lab.predictions import HEADS, MixedPrediction
+from timestep_lab.runlock import RunLock
 from timestep_lab.train.files import (
     RunPaths,
     ema_state_dict,
@@ -84,7 +86,15 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         kimg are done; for tests and time-limited jobs.
     :raises NonFiniteLossError: when the loss becomes NaN/inf and ``train.on_nonfinite`` is ``fail``.
     """
-    paths = RunPaths(Path(out_dir))
+    # one writer per run folder: rank 0 holds out_dir/.lock for the whole run (a second writer
+    # fails at once naming the holder; a dead holder's lock is taken over: timestep_lab.runlock)
+    with RunLock(out_dir) if world.is_main else contextlib.nullcontext():
+        return _train(cfg, RunPaths(Path(out_dir)), resume=resume, progress=progress, world=world,
+                      stop_after_kimg=stop_after_kimg)
+
+
+def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, world: World,
+           stop_after_kimg: float | None) -> TrainResult:
     tc = cfg.train
     ts = build_train_step(cfg, world=world)
     device, data, loader, diffusion, prediction = ts.device, ts.data, ts.loader, ts.diffusion, ts.prediction
@@ -92,9 +102,9 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
                                                               ts.gen, ts.acc, ts.guard)
     wall_before = 0.0
 
-    # Resume.
-    if resume and paths.checkpoint.exists():
-        ckpt = read_resume_checkpoint(paths, cfg)
+    # Resume (a run of another config is set aside and this one starts fresh: .files).
+    ckpt = read_resume_checkpoint(paths, cfg, set_aside_stale=world.is_main) if resume else None
+    if ckpt is not None:
         net.load_state_dict(ckpt["model"])
         ema.load_state_dict(ckpt["ema"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -174,9 +184,9 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
     if progress and world.is_main:
         from tqdm.auto import tqdm  # only when a progress bar is asked for: keeps `import train` fast
 
-        bar = tqdm(total=round(total_nimg / 1000, 3), initial=round(ts.nimg / 1000, 3), unit="kimg",
-                   desc=paths.out.name, dynamic_ncols=True,
-                   bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} kimg [{elapsed}<{remaining}{postfix}]")
+        # counted in images; the last batch may overshoot the length, so updates are clamped to it
+        bar = tqdm(total=total_nimg, initial=min(ts.nimg, total_nimg), unit="img", unit_scale=True,
+                   desc=paths.out.name, dynamic_ncols=True)
     status, message = "ok", ""
     ts.lr, ts.beta1 = ts.schedule.values(ts.nimg)
     try:
@@ -202,8 +212,7 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
                     raise NonFiniteLossError(msg)
                 save_checkpoint()
             if bar is not None:
-                bar.n = round(nimg / 1000, 3)
-                bar.refresh()
+                bar.update(min(nimg, total_nimg) - bar.n)
     except NonFiniteLossError as exc:
         message = f"{paths.out}: {exc}; the last checkpoint ({paths.checkpoint}) holds the weights before it"
         if tc.on_nonfinite == "fail":

@@ -1,7 +1,11 @@
 """Small helpers the Snakefile's rules call: the training launcher, optional shell flags, and a
 one-line summary of a schema-validation error.
 
-Strings in, strings out: no Snakemake import, no torch, no files.
+Command-line pieces are lists of arguments, never pre-joined strings: a rule pastes them with
+``{params.x:q}``, which quotes every element, so no config value is ever read by the shell as
+code and a path with a space stays one argument.
+
+No Snakemake import, no torch, no files.
 """
 
 from __future__ import annotations
@@ -12,16 +16,16 @@ from typing import Any
 __all__ = ["launcher", "opt", "schema_error_summary"]
 
 
-def launcher(gpus: int) -> str:
-    """The command prefix of a training job: one process, or torchrun with one process per GPU."""
+def launcher(gpus: int) -> list[str]:
+    """The command prefix of a training job (argv): one process, or torchrun with one process per GPU."""
     if gpus > 1:
-        return f"torchrun --standalone --nproc_per_node {gpus} -m timestep_lab"
-    return "python -m timestep_lab"
+        return ["torchrun", "--standalone", "--nproc_per_node", str(int(gpus)), "-m", "timestep_lab"]
+    return ["python", "-m", "timestep_lab"]
 
 
-def opt(flag: str, value: Any) -> str:
-    """``"--flag value"``, or an empty string when ``value`` is None."""
-    return "" if value is None else f"{flag} {value}"
+def opt(flag: str, value: Any) -> list[str]:
+    """``["--flag", "value"]``, or no arguments when ``value`` is None or empty."""
+    return [] if value is None or value == "" else [flag, str(value)]
 
 
 def schema_error_summary(message: str) -> str:
