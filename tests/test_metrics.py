@@ -360,3 +360,19 @@ def test_inception_path_runs_end_to_end_offline(offline, inception_weights, tmp_
     assert {r["tool"] for r in res["records"]} == {"torch-fidelity", "clean-fid"}
     assert all(r["feature_extractor"] == "inception-v3" and r["num_reference"] == 3 and r["feature_dim"] == 2048
                for r in res["records"])
+
+
+def test_reference_subset_is_seeded_and_spread_over_a_class_ordered_folder():
+    """A prepared folder ordered by class (ImageNet's): the first N would cover only the first
+    classes; the seeded subset covers them all, the same every time (docs/methods.md §8.5)."""
+    from timestep_lab.metrics import reference_subset
+
+    labels = np.repeat(np.arange(100), 50)  # 5000 images, grouped by class
+    idx, text = reference_subset(len(labels), 500)
+    again, _ = reference_subset(len(labels), 500)
+    assert np.array_equal(idx, again) and len(set(idx.tolist())) == 500 and np.all(np.diff(idx) > 0)
+    assert len(set(labels[idx].tolist())) > 95 and len(set(labels[:500].tolist())) == 10
+    assert "500 of 5000" in text and "seeded random subset" in text
+    every, text = reference_subset(len(labels), None)
+    assert np.array_equal(every, np.arange(5000)) and text == "all 5000"
+    assert np.array_equal(reference_subset(10, 50)[0], np.arange(10))

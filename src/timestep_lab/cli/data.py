@@ -84,18 +84,19 @@ def cmd_reference_stats(args: argparse.Namespace) -> int:
     import numpy as np
 
     from timestep_lab.data import PreparedData
-    from timestep_lab.metrics import compute_reference, load_feature_extractor
+    from timestep_lab.metrics import compute_reference, load_feature_extractor, reference_subset
 
     cfg = eval_config(args)
     name = args.extractor or cfg.feature_extractor or "digits-cnn"
     spec = load_feature_extractor(name, args.weights or cfg.feature_weights, tools=cfg.tools,
                                   download=cfg.download_weights, timeout=cfg.download_timeout_s)
     data = PreparedData(args.data, verify=True)
-    n = len(data) if args.max_images is None else min(args.max_images, len(data))
+    idx, selection = reference_subset(len(data), args.max_images)
     info = {"path": str(data.path), "dataset": data.manifest.get("dataset"), "split": data.manifest.get("split"),
-            "count": len(data), "used": n, "selection": f"first {n}", "images_sha256": data.manifest.get("images_sha256"),
-            "manifest_sha256": sha256_file(data.path / "manifest.json")}
-    ref = compute_reference(np.asarray(data.images[:n]), args.out, spec, data_info=info, device=device(args),
+            "count": len(data), "used": len(idx), "selection": selection,
+            "images_sha256": data.manifest.get("images_sha256"), "manifest_sha256": sha256_file(data.path / "manifest.json")}
+    images = np.asarray(data.images) if len(idx) == len(data) else np.asarray(data.images[idx])
+    ref = compute_reference(images, args.out, spec, data_info=info, device=device(args),
                             batch_size=cfg.batch_size, progress=not args.no_progress)
     log.info("%s reference (%d images, %s) -> %s (sha256 %s)", name, ref.count, ", ".join(ref.meta["tools"]),
              args.out, ref.sha256)

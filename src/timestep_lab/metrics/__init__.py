@@ -20,10 +20,17 @@ from timestep_lab.metrics.extractors import (
     FeatureExtractorSpec, TorchFidelityDigitsCNN, WeightsMissingError, keep_pixels, load_feature_extractor,
 )
 from timestep_lab.metrics.fid import clean_fid_metrics, frechet_distance, tool_versions, torch_fidelity_metrics
-from timestep_lab.metrics.reference import REFERENCE_FORMAT, Reference, compute_reference, load_reference
+from timestep_lab.metrics.reference import (
+    REFERENCE_FORMAT,
+    Reference,
+    compute_reference,
+    load_reference,
+    reference_subset,
+)
 from timestep_lab.metrics.score import METRICS_FORMAT, evaluate_file, evaluate_samples
 
 __all__ = [
+    "reference_subset",
     "EXTRACTORS", "TOOLS", "LABELS", "REFERENCE_FORMAT", "METRICS_FORMAT", "TF_INCEPTION_FILE", "CF_INCEPTION_FILE",
     "WeightsMissingError", "FeatureExtractorSpec", "Reference", "frechet_distance",
     "load_feature_extractor", "compute_reference", "load_reference", "evaluate_samples", "evaluate_file",

@@ -30,7 +30,11 @@ from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_i
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages
 
-__all__ = ["REFERENCE_FORMAT", "Reference", "compute_reference", "load_reference"]
+__all__ = ["REFERENCE_FORMAT", "Reference", "compute_reference", "load_reference", "reference_subset",
+           "REFERENCE_SUBSET_SEED"]
+
+#: seed of the reference subset when only some of the training images are used
+REFERENCE_SUBSET_SEED = 0
 
 REFERENCE_FORMAT = "timestep_lab.reference/1"
 
@@ -72,6 +76,21 @@ class Reference:
     @property
     def count(self) -> int:
         return int(self.meta["count"])
+
+
+def reference_subset(count: int, n: int | None, seed: int = REFERENCE_SUBSET_SEED) -> tuple[np.ndarray, str]:
+    """Which of ``count`` prepared images the reference statistics use, and how to say so.
+
+    All of them when ``n`` is None or >= count; otherwise ``n`` indices drawn without replacement
+    by ``numpy.random.default_rng(seed).permutation(count)[:n]``, sorted. Prepared folders can be
+    ordered by class (ImageNet's are grouped by wnid), so the first ``n`` would cover only the
+    first classes (docs/methods.md §8.5). Returns ``(indices [n] int64, description)``."""
+    if n is None or n >= count:
+        return np.arange(count, dtype=np.int64), f"all {count}"
+    if n <= 0:
+        raise ValueError(f"reference subset size must be positive, got {n}")
+    idx = np.sort(np.random.default_rng(seed).permutation(count)[:n]).astype(np.int64)
+    return idx, f"{n} of {count}, seeded random subset (numpy default_rng({seed}).permutation, sorted)"
 
 
 def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExtractorSpec, *,

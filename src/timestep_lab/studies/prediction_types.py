@@ -9,8 +9,9 @@ of :func:`~timestep_lab.studies.profile.loss_profile` (same ``seed`` -> same inp
     x0_mse[t] = mean_i mean_pixels (x0_hat_i(t) - x0_i)^2      (data in [-1, 1]; not clamped)
 
 A mixed model is scored with its current inference rule (``head_per_t``) and, in addition, each
-of its three heads separately (``"<name>/eps"``, ``"<name>/x0"``, ``"<name>/v"``); the head that
-wins most often at each t is its inference table (``head_per_t``, every t, nearest evaluated t).
+of its three heads separately (``"<name>/eps"``, ``"<name>/x0"``, ``"<name>/v"``); the head with
+the lowest mean x0 error at each t (docs/methods.md §3.5) is its inference table (``head_per_t``,
+every t, nearest evaluated t).
 """
 
 from __future__ import annotations
