@@ -14,7 +14,7 @@ import argparse
 import logging
 import sys
 
-from timestep_lab.cli.common import COMMANDS, OUTPUT_OPTIONS
+from timestep_lab.cli.common import COMMANDS, OUTPUT_OPTIONS, setup_torch
 from timestep_lab.config import ConfigError
 from timestep_lab.io import ArtifactError, check_writable
 
@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in OUTPUT_OPTIONS:  # a bad --out fails now, not after the work
             if getattr(args, name, None) is not None:
                 check_writable(getattr(args, name), folder=name == "out" and args._out_folder)
+        if hasattr(args, "threads"):  # the command takes runtime_args: apply --threads before it imports torch work
+            setup_torch(args)
         return int(args._run(args) or 0)
     except (ConfigError, ArtifactError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -12,7 +12,7 @@ import itertools
 import json
 from pathlib import Path
 
-from timestep_lab.cli.common import FORMATS, command, device, log, runtime_args, setup_torch
+from timestep_lab.cli.common import FORMATS, command, device, log, runtime_args
 from timestep_lab.config import ConfigError
 from timestep_lab.io import atomic_write_json
 
@@ -53,7 +53,6 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
          _profile_args)
 def cmd_profile(args: argparse.Namespace) -> int:
     """Loss profile (docs/methods.md 3.1) of --model on a fixed image/noise bank -> JSON."""
-    setup_torch(args)
     from timestep_lab.checkpoints import load_for_inference
     from timestep_lab.data import PreparedData
     from timestep_lab.studies import loss_profile, save_profile
@@ -168,7 +167,6 @@ def _predictions_profile_args(p: argparse.ArgumentParser) -> None:
          _predictions_profile_args)
 def cmd_predictions_profile(args: argparse.Namespace) -> int:
     """x0 error per timestep of each model, and which prediction type wins where (docs/methods.md 3.5)."""
-    setup_torch(args)
     from timestep_lab.checkpoints import load_for_inference
     from timestep_lab.data import PreparedData
     from timestep_lab.studies import x0_error_profile
@@ -198,7 +196,6 @@ def _consistency_args(p: argparse.ArgumentParser) -> None:
 @command("consistency", "distance between samples drawn from the same noise by different models", _consistency_args)
 def cmd_consistency(args: argparse.Namespace) -> int:
     """Paired (same seed) vs unpaired sample distances for every pair of sample sets (docs/methods.md 4.1)."""
-    setup_torch(args)
     from timestep_lab.samples_file import load_samples
     from timestep_lab.studies import paired_distance
 

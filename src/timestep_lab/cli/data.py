@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.cli.common import command, config_args, device, eval_config, log, runtime_args, setup_torch
+from timestep_lab.cli.common import command, config_args, device, eval_config, log, runtime_args
 from timestep_lab.io import sha256_file
 
 # ------------------------------------------------------------------------------- prepare
@@ -80,7 +80,6 @@ def _reference_stats_args(p: argparse.ArgumentParser) -> None:
          _reference_stats_args)
 def cmd_reference_stats(args: argparse.Namespace) -> int:
     """Extract reference features with torch-fidelity and clean-fid into one declared .npz."""
-    setup_torch(args)
     import numpy as np
 
     from timestep_lab.data import PreparedData

@@ -18,7 +18,6 @@ from timestep_lab.cli.common import (
     log,
     runtime_args,
     sample_config,
-    setup_torch,
 )
 from timestep_lab.config import ConfigError
 from timestep_lab.io import atomic_write_json
@@ -38,7 +37,6 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
 @command("evaluate", "FID/KID/precision-recall of samples.npz against a reference file (both tools)", _evaluate_args)
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Score samples with torch-fidelity and clean-fid; write metrics.json with the protocol record."""
-    setup_torch(args)
     from timestep_lab.metrics import evaluate_file
 
     res = evaluate_file(args.samples, args.reference, args.out, cfg=eval_config(args), weights=args.weights,
@@ -66,7 +64,6 @@ def _evaluate_snapshots_args(p: argparse.ArgumentParser) -> None:
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     """Sample every snapshot-*.pt of --snapshots (and/or each --models file) into a temporary
     folder, score it against --reference, and write {"points": [...]} sorted by images seen."""
-    setup_torch(args)
     from timestep_lab.scoring import PROGRESS_FORMAT, evaluate_models
 
     models = sorted(Path(args.snapshots).glob("snapshot-*.pt")) if args.snapshots else []

@@ -18,7 +18,6 @@ from timestep_lab.cli.common import (
     log,
     runtime_args,
     sample_config,
-    setup_torch,
 )
 from timestep_lab.config import ConfigError
 
@@ -41,7 +40,6 @@ def _sample_args(p: argparse.ArgumentParser) -> None:
 def cmd_sample(args: argparse.Namespace) -> int:
     """Sample with the model's own `sample:` settings, changed by --config/--set. With
     --gt-data/--gt-range the true x0 of held-out images replaces the prediction inside the range."""
-    setup_torch(args)
     from timestep_lab.sampling import generate
 
     cfg = sample_config(args.model, args.config, args.overrides, fmt=args.format)

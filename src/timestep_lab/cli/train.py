@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.cli.common import command, config_args, load_run_config, log, runtime_args, setup_torch, world
+from timestep_lab.cli.common import command, config_args, load_run_config, log, runtime_args, world
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
@@ -23,7 +23,6 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 @command("train", "train one run into an output folder (resumes automatically)", _train_args, out_folder=True)
 def cmd_train(args: argparse.Namespace) -> int:
     """Train the run described by --config (plus --set overrides) into --out."""
-    setup_torch(args)
     from timestep_lab.train import train
 
     cfg = load_run_config(args)
