@@ -126,3 +126,16 @@ def test_gpu_suite_dry_run_starts_every_step(tmp_path):
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary.md", "estimate_rows.txt", "suite.log",
                                                                 "suite.tar.gz"}
     assert "images/s" in (tmp_path / "out" / "summary.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cifar10", "celebahq", "imagenet"])
+def test_paper_scale_progress_evaluation_costs_at_most_a_tenth_of_training(name):
+    """Progress FID (fewer samples / DDIM steps / points, recorded in the protocol) stays <= 10% of
+    the training GPU-hours by the estimate; the final FIDs keep the papers' protocol."""
+    from timestep_lab.estimate.study import load_plan
+    from timestep_lab.estimate.table import estimate, to_json
+
+    plan = load_plan(str(ROOT / "config" / f"{name}.yaml"))
+    est = to_json(estimate(plan, "h100"))
+    assert 0 < est["total"]["progress_over_train"] <= 0.10, est["total"]
