@@ -63,3 +63,32 @@ def test_a_diverged_run_is_still_exit_status_3(tmp_path, monkeypatch, capsys):
     notebook.write_text("# a notebook\n")
     assert main(["report", "--notebook", str(notebook), "--out", str(tmp_path / "nb.html")]) == 3
     assert capsys.readouterr().err.strip().splitlines()[-1] == "error: non-finite loss at optimizer step 7"
+
+
+def test_run_configs_are_checked_once_and_rechecked_when_changed(tmp_path):
+    """workflow/checked.py: the record skips configs checked before; a changed or damaged record,
+    or a changed config, checks again; an invalid config is refused, the valid ones before it kept."""
+    import io
+
+    import pytest
+
+    from timestep_lab.config import ConfigError
+    from timestep_lab.workflow.checked import check_run_configs
+
+    record = tmp_path / ".snakemake" / "checked.json"
+    runs = [("a", {"train": {"batch_size": 16}}), ("b", {"timesteps": {"name": "uniform"}})]
+
+    def check(runs):
+        log = io.StringIO()
+        return check_run_configs(runs, "study.yaml", record, log=log), log.getvalue().strip()
+
+    assert check(runs) == (2, "checked 2 run configs")
+    assert check(runs) == (0, "2 run configs unchanged since last check")
+    changed = [runs[0], ("b", {"timesteps": {"name": "uniform"}, "train": {"batch_size": 8}})]
+    assert check(changed) == (1, "checked 1 run configs (1 unchanged since last check)")
+    record.write_text("{not json")
+    assert check(runs)[0] == 2
+    bad = [("c", {"train": {"batch_size": 4}}), ("d", {"timesteps": {"name": "nope"}}), *runs]
+    with pytest.raises(ConfigError, match=r"study.yaml \(run d\).*nope"):
+        check(bad)
+    assert check(bad[:1])[0] == 0  # c passed before d failed: recorded
