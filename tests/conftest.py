@@ -87,8 +87,8 @@ SLURM_TEST_ARGS = [
 # train cannot be grouped (fine-tuning runs start from the reference model through `slots`,
 # which would make a group depend on itself), nor profile_losses (same path).
 SLURM_SMOKE_GROUPS = [
-    "--groups", "prepare_data=prep", "sample=eval", "evaluate=eval", "evaluate_progress=progress",
-    "sample_contribution=contrib", "evaluate_contribution=contrib", "report=report",
+    "--groups", "prepare_data=prep", "sample_score=eval", "evaluate_progress=progress",
+    "sample_score_contribution=contrib", "report=report",
     "--group-components", "prep=2", "eval=3", "progress=6", "contrib=4", "report=4",
     "--cores", "1",
 ]

@@ -58,3 +58,47 @@ def test_every_report_and_the_index_read_the_verdicts(plan):
     assert "-p interference_control results/smoke/analyses/interference_control.json" in slot
     (index,) = _jobs(plan, "index")
     assert "results/smoke/verdicts.json" in index
+
+
+def _checked(output: str) -> tuple[int, int]:
+    """(checked now, unchanged) from the DAG build's run-config check line (workflow/checked.py)."""
+    m = re.search(r"^checked (\d+) run configs(?: \((\d+) unchanged since last check\))?$", output, re.M)
+    if m:
+        return int(m[1]), int(m[2] or 0)
+    m = re.search(r"^(\d+) run configs unchanged since last check$", output, re.M)
+    assert m, output[-3000:]
+    return 0, int(m[1])
+
+
+def test_a_rerun_checks_no_unchanged_run_config_and_imports_no_torch(tmp_path):
+    """The first DAG build checks every run config (torch); the second finds them recorded in
+    .snakemake/ and imports no torch; a config changed after that is checked and refused again."""
+    import sys
+
+    import yaml
+
+    root = copy_worktree(tmp_path / "repo")
+    env = study_env()
+    dry = ["snakemake", "-n", "--configfile", "config/smoke.yaml"]
+    first = run(dry, root, env, timeout=300)
+    assert first.returncode == 0, first.stdout[-4000:]
+    n, unchanged = _checked(first.stdout)
+    assert n > 10 and unchanged == 0  # smoke: every run of every group, none recorded yet
+    assert (root / ".snakemake" / "timestep_lab_checked.json").is_file()
+
+    # python -X importtime lists every module the snakemake process imports (no job runs in -n)
+    second = run([sys.executable, "-X", "importtime", "-m", *dry], root, env, timeout=300)
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert _checked(second.stdout) == (0, n)
+    imported = {line.rsplit("|", 1)[1].strip() for line in second.stdout.splitlines() if line.startswith("import time:")}
+    assert "timestep_lab.workflow" in imported  # the probe sees the Snakefile's imports
+    assert "torch" not in imported and not any(m.startswith("torch.") for m in imported)
+
+    cfg = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
+    cfg["samplers"]["speed"]["params"]["k"] = -5  # injected after the first check: must not slip through
+    (root / "config" / "smoke.yaml").write_text(yaml.safe_dump(cfg))
+    bad = run(dry, root, env, timeout=300)
+    assert bad.returncode != 0
+    errors = [line for line in bad.stdout.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "config/smoke.yaml (run speed_" in errors[0] and "Traceback" not in bad.stdout, \
+        bad.stdout[-3000:]

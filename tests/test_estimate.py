@@ -14,7 +14,9 @@ from torch import nn
 
 from conftest import ROOT
 from timestep_lab.config import ConfigError
-from timestep_lab.estimate import count_flops, estimate, network_cost, plan_from_dict, rule_costs, to_json
+from timestep_lab.estimate import (
+    count_flops, estimate, extractor_flops, network_cost, plan_from_dict, rule_costs, to_json,
+)
 
 TINY = {
     "study": "tiny",
@@ -57,27 +59,31 @@ def test_tiny_study_worked_by_hand():
     rules = {r.rule: r for r in rule_costs(plan)}
     jobs = {k: r.jobs for k, r in rules.items()}
     assert jobs == {"prepare_data": 2, "run_config": 3, "train": 3, "train_features": 1, "reference_stats": 1,
-                    "sample": 3, "evaluate": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
-                    "slots": 1, "interference": 1, "sample_contribution": 1, "evaluate_contribution": 1,
+                    "sample_score": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
+                    "slots": 1, "interference": 1, "sample_score_contribution": 1,
                     "posterior": 1, "profile_predictions": 1, "consistency": 1, "verdicts": 1, "report": 8, "index": 1, "all": 1}
     # train: 1000 images at batch 64 -> 16 steps = 1024 images per run; the reference 2000 at 128 -> 2048
     assert rules["train"].images_trained == 2 * 1024 + 2048 == rules["train"].evaluations
     # snapshots every 500 images: crossed at 512 and 1024 (the last step) -> 2 points per followed run
     assert rules["evaluate_progress"].images_sampled == 2 * 2 * 50
     assert rules["evaluate_progress"].evaluations == 2 * 2 * 50 * 10  # DDIM-10
-    assert rules["sample"].images_sampled == 3 * 100 and rules["sample"].evaluations == 3 * 100 * 10
+    assert rules["sample_score"].images_sampled == 3 * 100 and rules["sample_score"].evaluations == 3 * 100 * 10
     # profile of the reference: t in 0, 10, ..., 90 and 99 -> 11 x 10 images; gradients at t = 0, 99 x 3 samples
     assert rules["profile_losses"].evaluations == 11 * 10 + 2 * 3
-    assert rules["sample_contribution"].evaluations == 500 * 10  # one range ("none"), default 500 samples
+    assert rules["sample_score_contribution"].evaluations == 500 * 10  # one range ("none"), default 500 samples
     net = network_cost(plan.runs["reference"].config, 8, 1)
     assert rules["train"].flops == (2 * 1024 + 2048) * net.train
-    assert rules["sample"].flops == 3 * 100 * 10 * net.forward
+    # sampling (DDIM-10) and both tools' feature passes of the same 100 images per run, one job each
+    dcnn = extractor_flops("digits-cnn")
+    assert rules["sample_score"].flops == 3 * 100 * 10 * net.forward + 3 * 100 * 2 * dcnn
     est = estimate(plan, "h100")
     priced = {r.cost.rule: r for r in est.rows}
     assert priced["train"].basis == "assumed MFU 30%"
     assert priced["train"].gpu_hours == pytest.approx(rules["train"].flops / (989.4e12 * 0.30) / 3600)
     assert priced["collect"].gpu_hours is None
-    assert to_json(est)["total"]["jobs"] == 38  # with the `all` target, as `snakemake -n` counts
+    # with the `all` target, as `snakemake -n` counts: 38 before sampling and scoring shared a job
+    # (3 evaluate + 1 evaluate_contribution jobs fewer)
+    assert to_json(est)["total"]["jobs"] == 34
 
 
 def test_bad_study_is_one_config_error():
@@ -101,7 +107,7 @@ def test_cli_on_cifar10(tmp_path):
     written = json.loads((tmp_path / "estimate.json").read_text())  # what the study index shows
     assert written["device"] == "h100" and {"train", "evaluate_progress"} <= {x["rule"] for x in written["rules"]}
     lines = r.stdout.splitlines()
-    for rule in ("train", "sample", "evaluate", "evaluate_progress", "reference_stats", "profile_losses"):
+    for rule in ("train", "sample_score", "evaluate_progress", "reference_stats", "profile_losses"):
         assert any(line.split()[:1] == [rule] for line in lines), rule
     assert "GPU-hours" in lines[-1] and "H100" in lines[-1]
     assert "assumed MFU 30%" in r.stdout

@@ -124,6 +124,10 @@ def _cli_failure_cases(tmp, digits_dir) -> dict:
         "sample --out under a file": (["sample", "--model", tmp / "none.pt", "--out", tmp / "a-file" / "s.npz"],
                                       "a-file"),
         "train --out under a file": (["train", "--out", tmp / "a-file" / "run"], "a-file"),
+        # neither the model nor the reference exists: --metrics is checked first too
+        "sample-score --metrics under a file": (["sample-score", "--model", tmp / "none.pt", "--out", tmp / "s.npz",
+                                                 "--reference", tmp / "none.npz", "--metrics",
+                                                 tmp / "a-file" / "m.json"], "a-file"),
         "missing report --notebook": (["report", "--notebook", tmp / "nb.py", "--out", tmp / "r.html"], "nb.py"),
         "sample --set of an unused key": (["sample", "--model", tmp / "none.pt", "--out", tmp / "s.npz",
                                            "--set", "train.batch_size=1"], "train.batch_size"),
@@ -131,7 +135,8 @@ def _cli_failure_cases(tmp, digits_dir) -> dict:
 
 
 CLI_CASES = ["infinite total_kimg", "binary --config", "binary slots --profile", "sample --out under a file",
-             "train --out under a file", "missing report --notebook", "sample --set of an unused key"]
+             "train --out under a file", "sample-score --metrics under a file", "missing report --notebook",
+             "sample --set of an unused key"]
 
 
 def test_every_cli_failure_is_one_error_line_naming_the_file_or_key(digits_dir, tmp_path):

@@ -242,6 +242,75 @@ def test_evaluate_snapshots_gives_fid_against_images_seen(digits_dir, digits_ref
         assert p["label"] == "FID (digits-CNN features)" and p["model_sha256"]
 
 
+def _same_samples_and_metrics(a: Path, b: Path) -> dict:
+    """Assert two run folders hold the same samples (every array, the metadata) and the same
+    metrics.json (every value; only ``samples_file`` names its own folder); return a's metrics."""
+    with np.load(a / "samples.npz") as za, np.load(b / "samples.npz") as zb:
+        assert sorted(za.files) == sorted(zb.files) == ["images", "meta", "seeds"]
+        for key in za.files:
+            assert np.array_equal(za[key], zb[key]), key
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (a, b))
+    assert (ma.pop("samples_file"), mb.pop("samples_file")) == (str(a / "samples.npz"), str(b / "samples.npz"))
+    assert ma == mb  # FID/KID/PR of both tools to the last digit, and the whole protocol record
+    return ma
+
+
+def test_sample_score_equals_sample_then_evaluate(digits_dir, digits_test_dir, digits_ref, tmp_path):
+    """The workflow's one job per run (`sample-score`) writes what the two jobs `sample` and
+    `evaluate` wrote, each in its own process: the same sample arrays, PNG grid and FIDs."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, tiny_config
+    from timestep_lab.train import train
+
+    model = train(tiny_config(digits_dir), tmp_path / "run", progress=False).out_dir / "model.pt"
+    sets = ["--set", "sample.num_samples=24", "--set", "sample.steps=4"]
+    scoring = ["--set", "eval.kid_subsets=3", "--set", "eval.kid_subset_size=10"]
+    common = ["--threads", "1", "--no-progress"]
+    two, one = tmp_path / "two-jobs", tmp_path / "one-job"
+
+    def cli(*args):
+        r = subprocess.run([sys.executable, "-m", "timestep_lab", *map(str, args)], cwd=ROOT, capture_output=True,
+                           text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+
+    cli("sample", "--model", model, "--out", two / "samples.npz", "--grid", two / "samples.png", *sets, *common)
+    cli("evaluate", "--samples", two / "samples.npz", "--reference", digits_ref, "--out", two / "metrics.json",
+        *scoring, *common)
+    cli("sample-score", "--model", model, "--out", one / "samples.npz", "--grid", one / "samples.png", *sets,
+        "--reference", digits_ref, "--metrics", one / "metrics.json", *scoring, *common)
+    metrics = _same_samples_and_metrics(two, one)
+    assert (two / "samples.png").read_bytes() == (one / "samples.png").read_bytes()
+    assert metrics["protocol"]["num_generated"] == 24 and metrics["protocol"]["steps"] == 4
+    assert {r["tool"] for r in metrics["records"] if r["metric"] == "fid"} == {"torch-fidelity", "clean-fid"}
+    assert metrics["fid"] > 0 and metrics["fid_clean_fid"] > 0
+
+    # the timestep-contribution job: ground-truth replacement inside a t range, in-process this time
+    gt = ["--gt-data", digits_test_dir, "--gt-range", "0", "49", "--set", "sample.num_samples=8", "--set",
+          "sample.steps=4", "--no-progress"]
+    a, b = tmp_path / "contrib-two", tmp_path / "contrib-one"
+    assert main(list(map(str, ["sample", "--model", model, "--out", a / "samples.npz", *gt]))) == 0
+    assert main(list(map(str, ["evaluate", "--samples", a / "samples.npz", "--reference", digits_ref,
+                               "--out", a / "metrics.json", *scoring, "--no-progress"]))) == 0
+    assert main(list(map(str, ["sample-score", "--model", model, "--out", b / "samples.npz", *gt, *scoring,
+                               "--reference", digits_ref, "--metrics", b / "metrics.json"]))) == 0
+    assert _same_samples_and_metrics(a, b)["protocol"]["num_generated"] == 8
+
+
+def test_sample_score_refuses_bad_input_before_sampling(digits_ref, tmp_path, capsys):
+    """A missing reference or an override of another section is one error line, and no samples
+    file is written (the work is not done first)."""
+    base = ["sample-score", "--model", str(tmp_path / "none.pt"), "--out", str(tmp_path / "s.npz"), "--metrics",
+            str(tmp_path / "m.json"), "--no-progress"]
+    assert main([*base, "--reference", str(digits_ref), "--set", "train.batch_size=4"]) == 2
+    assert "this command takes only eval.* and sample.* overrides" in capsys.readouterr().err
+    assert main([*base, "--reference", str(tmp_path / "missing.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "missing.npz" in err and not (tmp_path / "s.npz").exists()
+
+
 # ------------------------------------------------------------------------------ Inception, offline
 
 

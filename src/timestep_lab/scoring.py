@@ -1,4 +1,9 @@
-"""Scoring snapshots: sampling and evaluation composed, one level above both.
+"""Scoring models: sampling and evaluation composed, one level above both.
+
+:func:`sample_and_score` samples one model into ``samples.npz`` (+ PNG grid) and scores that file
+into ``metrics.json`` in one process: the same files, byte for byte and number for number, as
+``sample`` then ``evaluate`` (the metrics are computed from the samples file as written, exactly
+as the separate ``evaluate`` reads it), for one process start instead of two.
 
 :func:`evaluate_models` samples each model file (snapshot or ``model.pt``) into a temp folder
 with :mod:`timestep_lab.sampling` and scores it with :mod:`timestep_lab.metrics`, giving the
@@ -15,15 +20,32 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from timestep_lab.config import EvalConfig
-from timestep_lab.metrics import evaluate_samples, load_reference
+from timestep_lab.metrics import Reference, evaluate_file, evaluate_samples, load_reference
 from timestep_lab.samples_file import load_samples
 from timestep_lab.sampling import generate
 
-__all__ = ["PROGRESS_FORMAT", "evaluate_models"]
+__all__ = ["PROGRESS_FORMAT", "sample_and_score", "evaluate_models"]
 
 log = logging.getLogger(__name__)
 
 PROGRESS_FORMAT = "timestep_lab.fid_progress/1"
+
+
+def sample_and_score(model: str | Path, out_npz: str | Path, out_json: str | Path, reference: str | Path | Reference,
+                     sample_cfg: Any, *, cfg: EvalConfig = EvalConfig(), weights: str | Path | None = None,
+                     device: Any = "cpu", progress: bool = False, **sample_kwargs: Any) -> tuple[dict, dict]:
+    """Sample ``model`` into ``out_npz`` (``sample_kwargs``: ``grid_png``, ``fmt``, ``gt_images``,
+    ``gt_range``, ``mixed_inference`` of :func:`timestep_lab.sampling.generate`), then score that
+    file against ``reference`` into ``out_json``. Returns (samples metadata, metrics.json dict).
+
+    The reference is loaded first (or given loaded), so a missing or corrupted one fails before
+    any sampling.
+    """
+    ref = reference if isinstance(reference, Reference) else load_reference(reference)
+    info = generate(model, out_npz, sample_cfg, device=device, progress=progress, **sample_kwargs)
+    # scored from the file as written (not the in-memory images), as `evaluate` would read it
+    res = evaluate_file(out_npz, ref, out_json, cfg=cfg, weights=weights, device=device, progress=progress)
+    return info, res
 
 
 def evaluate_models(models: Sequence[str | Path], reference: str | Path, sample_cfg_for: Callable[[Path], Any], *,

@@ -95,14 +95,18 @@ rule interference_control:
         " --controls {params.controls:q} --slots {input.slots:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule sample_contribution:
-    """Samples of the reference with the true x0 of held-out images inside one t range (Fig. 3a)."""
+rule sample_score_contribution:
+    """Samples of the reference with the true x0 of held-out images inside one t range (Fig. 3a),
+    scored in the same job (samples.npz, samples.png and metrics.json, as rule sample_score)."""
     input:
         model=model_input("reference"),
         gt=manifest(config["data"]["test_split"] or config["data"]["train_split"]),
+        reference=f"{RES}/eval/reference.npz",
+        weights=feature_weights_input(),
     output:
         npz=f"{RES}/analyses/contribution/{{label}}/samples.npz",
         png=f"{RES}/analyses/contribution/{{label}}/samples.png",
+        metrics=f"{RES}/analyses/contribution/{{label}}/metrics.json",
     params:
         model=lambda wc: model_path("reference"),
         fmt=model_format("reference"),
@@ -110,31 +114,20 @@ rule sample_contribution:
                        "--gt-range", str(CONTRIB_RANGES[wc.label][0]), str(CONTRIB_RANGES[wc.label][1])]
         if CONTRIB_RANGES[wc.label] else [],
         sets=eval_sample_overrides(AN.get("timestep_contribution", {}).get("num_samples", 500)),
+        weights=weights_arg(),
     log:
         f"{LOGS}/analyses/contribution_{{label}}.log",
     benchmark:
-        f"{BENCH}/sample_contribution/{{label}}.tsv",
+        f"{BENCH}/sample_score_contribution/{{label}}.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab sample --model {params.model:q} --format {params.fmt:q} {params.gt:q} --out {output.npz:q}"
-        " --grid {output.png:q} {params.sets:q} --threads {threads} --no-progress > {log:q} 2>&1"
-
-
-use rule evaluate as evaluate_contribution with:
-    input:
-        samples=f"{RES}/analyses/contribution/{{label}}/samples.npz",
-        reference=f"{RES}/eval/reference.npz",
-        weights=feature_weights_input(),
-    output:
-        f"{RES}/analyses/contribution/{{label}}/metrics.json",
-    log:
-        f"{LOGS}/analyses/contribution_{{label}}_evaluate.log",
-    benchmark:
-        f"{BENCH}/evaluate_contribution/{{label}}.tsv",
+        "python -m timestep_lab sample-score --model {params.model:q} --format {params.fmt:q} {params.gt:q}"
+        " --out {output.npz:q} --grid {output.png:q} {params.sets:q} --reference {input.reference:q}"
+        " {params.weights:q} --metrics {output.metrics:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
 rule posterior:

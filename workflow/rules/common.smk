@@ -7,7 +7,7 @@ import sys
 from snakemake.utils import validate
 
 from timestep_lab import workflow as W
-from timestep_lab.config import ConfigError, config_from_dict
+from timestep_lab.config import ConfigError
 
 
 CONFIG_SOURCE = str((workflow.overwrite_configfiles or workflow.configfiles or ["config"])[-1])
@@ -38,13 +38,10 @@ try:
     RUNS = W.study_runs(config, source=CONFIG_SOURCE)
     CONTRIB_RANGES = W.contribution_ranges(config)  # ground-truth replacement ranges scaled to T
     if workflow.is_main_process:  # jobs re-read this file; their runs were checked when the DAG was built
-        # registry names and parameters of every run, once, before any job runs; it builds the
-        # cheap sampler objects, so it needs torch, which job processes thus do not import here
-        from timestep_lab.components import check_config
-
-        for _run in RUNS.values():
-            _where = f"{CONFIG_SOURCE} (run {_run.id})"
-            check_config(config_from_dict(_run.config, _where), _where)
+        # registry names and parameters of every run, before any job runs. Checking builds the
+        # cheap sampler objects, so it imports torch (2-4 s): only for run configs not recorded
+        # as checked in .snakemake/ (a no-op rerun imports no torch); job processes never do.
+        W.check_run_configs([(r.id, r.config) for r in RUNS.values()], CONFIG_SOURCE)
 except ConfigError as exc:
     config_error(exc)
 

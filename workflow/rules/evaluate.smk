@@ -1,5 +1,5 @@
 # Sampling and FID/KID: reference statistics once per data set and feature extractor, then
-# samples and metrics per run, and FID against images seen for runs followed during training.
+# samples and metrics per run (one job each: rule sample_score), and FID against images seen for runs followed during training.
 # Every value reaches the shell quoted ({...:q}); multi-argument params are lists (common.smk).
 
 
@@ -50,50 +50,35 @@ rule reference_stats:
         " {params.max_images:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
-rule sample:
+rule sample_score:
+    """Sample a run and score the samples in one job (one process start, not two): samples.npz,
+    the PNG grid and metrics.json stay separate outputs, the same files `sample` then `evaluate`
+    write (tests/test_metrics.py)."""
     input:
         model=lambda wc: model_input(wc.run),
-    output:
-        npz=f"{RES}/runs/{{run}}/samples.npz",
-        png=f"{RES}/runs/{{run}}/samples.png",
-    params:
-        model=lambda wc: model_path(wc.run),
-        sets=eval_sample_overrides(config["evaluation"]["num_samples"]),
-    log:
-        f"{LOGS}/sample/{{run}}.log",
-    benchmark:
-        f"{BENCH}/sample/{{run}}.tsv",
-    threads: config["resources"]["threads"]
-    resources:
-        **gpu_resources(),
-    conda:
-        "../../envs/conda.yaml"
-    shell:
-        "python -m timestep_lab sample --model {params.model:q} --out {output.npz:q} --grid {output.png:q} {params.sets:q}"
-        " --threads {threads} --no-progress > {log:q} 2>&1"
-
-
-rule evaluate:
-    input:
-        samples=f"{RES}/runs/{{run}}/samples.npz",
         reference=f"{RES}/eval/reference.npz",
         weights=feature_weights_input(),
     output:
-        f"{RES}/runs/{{run}}/metrics.json",
+        npz=f"{RES}/runs/{{run}}/samples.npz",
+        png=f"{RES}/runs/{{run}}/samples.png",
+        metrics=f"{RES}/runs/{{run}}/metrics.json",
     params:
+        model=lambda wc: model_path(wc.run),
         weights=weights_arg(),
+        sets=eval_sample_overrides(config["evaluation"]["num_samples"]),
     log:
-        f"{LOGS}/evaluate/{{run}}.log",
+        f"{LOGS}/sample_score/{{run}}.log",
     benchmark:
-        f"{BENCH}/evaluate/{{run}}.tsv",
+        f"{BENCH}/sample_score/{{run}}.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab evaluate --samples {input.samples:q} --reference {input.reference:q} {params.weights:q}"
-        " --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab sample-score --model {params.model:q} --out {output.npz:q} --grid {output.png:q}"
+        " {params.sets:q} --reference {input.reference:q} {params.weights:q} --metrics {output.metrics:q}"
+        " --threads {threads} --no-progress > {log:q} 2>&1"
 
 
 rule evaluate_progress:

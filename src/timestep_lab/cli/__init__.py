@@ -16,6 +16,7 @@ import sys
 
 from timestep_lab.cli.common import COMMANDS, OUTPUT_OPTIONS, setup_torch
 from timestep_lab.config import ConfigError
+from timestep_lab.errors import NonFiniteLossError
 from timestep_lab.io import ArtifactError, check_writable
 
 # Registration order is the order of the commands in --help (pipeline order), so keep it unsorted.
@@ -39,8 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
-    from timestep_lab.train import NonFiniteLossError  # torch: only once a command runs
-
     try:
         for name in OUTPUT_OPTIONS:  # a bad --out fails now, not after the work
             if getattr(args, name, None) is not None:

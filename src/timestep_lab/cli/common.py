@@ -45,7 +45,7 @@ Run = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Run]] = {}
 
 #: option destinations that name files (or, for ``out`` with ``out_folder``, folders) a command writes.
-OUTPUT_OPTIONS = ("out", "grid")
+OUTPUT_OPTIONS = ("out", "grid", "metrics")
 
 #: checkpoint formats a ``--format`` option accepts.
 FORMATS = ("timestep_lab", "diffusers", "guided_diffusion")

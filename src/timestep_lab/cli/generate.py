@@ -1,7 +1,10 @@
-"""The ``sample`` command: draw samples from a trained or pretrained model into samples.npz.
+"""The ``sample`` command: draw samples from a trained or pretrained model into samples.npz, and
+``sample-score``: the same, then score them into metrics.json in the same process (the workflow's
+one job per run; ``sample`` + ``evaluate`` stay for hand use and give the same files).
 
 Sample settings come from the model file, then --config's ``sample:`` section, then --set
-(:func:`timestep_lab.cli.common.sample_config`); the sampler is ``timestep_lab.sampling``.
+(:func:`timestep_lab.cli.common.sample_config`); the sampler is ``timestep_lab.sampling``, the
+composition with scoring ``timestep_lab.scoring``.
 Must not know the entry (``timestep_lab.cli``) or other commands.
 """
 
@@ -15,6 +18,7 @@ from timestep_lab.cli.common import (
     command,
     config_args,
     device,
+    eval_config,
     log,
     runtime_args,
     sample_config,
@@ -36,6 +40,25 @@ def _sample_args(p: argparse.ArgumentParser) -> None:
     runtime_args(p)
 
 
+def _gt_images(args: argparse.Namespace):
+    """The held-out images of --gt-data (uint8 NHWC), or None; --gt-data and --gt-range go together."""
+    if args.gt_data is None:
+        if args.gt_range is not None:
+            raise ConfigError("--gt-range needs --gt-data (the held-out images whose x0 replaces the prediction)")
+        return None
+    if args.gt_range is None:
+        raise ConfigError("--gt-data needs --gt-range LO HI (0-based inclusive original timesteps)")
+    from timestep_lab.data import PreparedData
+
+    return PreparedData(args.gt_data).images
+
+
+def _generate_kwargs(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``sampling.generate`` that both commands take from the same options."""
+    return {"grid_png": args.grid, "fmt": args.format, "gt_images": _gt_images(args),
+            "gt_range": tuple(args.gt_range) if args.gt_range else None, "mixed_inference": args.mixed_inference}
+
+
 @command("sample", "draw samples from a trained model into samples.npz (+ PNG grid)", _sample_args)
 def cmd_sample(args: argparse.Namespace) -> int:
     """Sample with the model's own `sample:` settings, changed by --config/--set. With
@@ -43,17 +66,35 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from timestep_lab.sampling import generate
 
     cfg = sample_config(args.model, args.config, args.overrides, fmt=args.format)
-    gt_images = None
-    if args.gt_data is not None:
-        from timestep_lab.data import PreparedData
-
-        if args.gt_range is None:
-            raise ConfigError("--gt-data needs --gt-range LO HI (0-based inclusive original timesteps)")
-        gt_images = PreparedData(args.gt_data).images
-    elif args.gt_range is not None:
-        raise ConfigError("--gt-range needs --gt-data (the held-out images whose x0 replaces the prediction)")
-    info = generate(args.model, args.out, cfg, device=device(args), grid_png=args.grid, progress=not args.no_progress,
-                    fmt=args.format, gt_images=gt_images, gt_range=tuple(args.gt_range) if args.gt_range else None,
-                    mixed_inference=args.mixed_inference)
+    info = generate(args.model, args.out, cfg, device=device(args), progress=not args.no_progress,
+                    **_generate_kwargs(args))
     log.info("%d samples (%s, %d steps) -> %s", info["num_samples"], info["method"], info["steps"], args.out)
+    return 0
+
+
+def _sample_score_args(p: argparse.ArgumentParser) -> None:
+    _sample_args(p)
+    p.add_argument("--reference", type=Path, required=True, help="reference .npz (from `reference-stats`)")
+    p.add_argument("--metrics", type=Path, required=True, help="metrics.json to write (as `evaluate --out`)")
+    p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
+
+
+@command("sample-score", "sample a model into samples.npz (+ PNG grid) and score them into metrics.json, one process",
+         _sample_score_args)
+def cmd_sample_score(args: argparse.Namespace) -> int:
+    """`sample` then `evaluate` in one process: the same samples.npz, PNG grid and metrics.json
+    as the two commands run one after the other. --set takes sample.* and eval.* overrides."""
+    from timestep_lab.metrics import load_reference
+    from timestep_lab.scoring import sample_and_score
+
+    cfg = eval_config(args, allowed=("eval", "sample"))  # refuses other sections before any work
+    ref = load_reference(args.reference)  # a missing reference fails before the model is read
+    scfg = sample_config(args.model, args.config, [o for o in args.overrides if o.startswith("sample.")],
+                         fmt=args.format)
+    info, res = sample_and_score(args.model, args.out, args.metrics, ref, scfg, cfg=cfg,
+                                 weights=args.weights, device=device(args), progress=not args.no_progress,
+                                 **_generate_kwargs(args))
+    fids = ", ".join(f"{r['value']:.5g} ({r['tool']})" for r in res["records"] if r["metric"] == "fid")
+    log.info("%d samples (%s, %d steps) -> %s; %s: %s -> %s", info["num_samples"], info["method"], info["steps"],
+             args.out, res["label"], fids, args.metrics)
     return 0

@@ -7,15 +7,15 @@ pulls in, :func:`rule_costs` counts over the same run lists the rule is expanded
 * ``train``: ``ceil(total_kimg * 1000 / batch) * batch`` images per run, one forward + backward
   each; disk: ``model.pt`` (weights + EMA), the resumable checkpoint (weights, EMA, Adam's two
   moments) and one EMA snapshot per ``snapshot_every_kimg`` (plus the final one) when followed.
-* ``sample`` / ``evaluate``: ``evaluation.num_samples`` images per scored run, each taking
-  ``steps`` network evaluations (``evaluation.sample`` over the run's ``sample``; ``steps`` null
-  means all T), then two feature passes (torch-fidelity and clean-fid each extract their own).
+* ``sample_score``: ``evaluation.num_samples`` images per scored run, each taking ``steps``
+  network evaluations (``evaluation.sample`` over the run's ``sample``; ``steps`` null means all
+  T), then two feature passes (torch-fidelity and clean-fid each extract their own); one job.
 * ``evaluate_progress``: the same per snapshot of a followed run with ``progress_num_samples``.
 * ``reference_stats``: the training split (at most ``reference_max_images``) through both tools.
 * ``profile_losses`` / ``profile_predictions``: ``num_images`` forwards per profiled timestep
   (``range(0, T, stride)`` plus T-1) per model, plus ``grad_samples`` forward + backward passes
   at each of ``grad_timesteps`` timesteps for the reference.
-* ``sample_contribution`` / ``evaluate_contribution``: one sampling + scoring per t range.
+* ``sample_score_contribution``: one sampling + scoring job per t range.
 * CPU-only bookkeeping rules (run configs, collection, slots, reports) count jobs only.
 
 It counts work; it knows nothing of devices, rates or prices (see ``throughput``/``table``).
@@ -169,12 +169,11 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     ref.disk_bytes = FID_TOOLS * (dim * dim * 8 + n_ref * dim * 4)
     out.append(ref)
 
-    sample, evaluate = RuleCost("sample", len(plan.evaluated_runs()), gpu), RuleCost("evaluate", 0, gpu)
+    scored = RuleCost("sample_score", len(plan.evaluated_runs()), gpu)  # sampling and scoring in one job
     for rid in plan.evaluated_runs():
-        c.sampling(sample, rid, ev["num_samples"], keep=True)
-        c.features(evaluate, ev["num_samples"])
-    evaluate.jobs = sample.jobs
-    out += [sample, evaluate]
+        c.sampling(scored, rid, ev["num_samples"], keep=True)
+        c.features(scored, ev["num_samples"])
+    out.append(scored)
 
     progress = RuleCost("evaluate_progress", len(plan.progress_runs()), gpu)
     points = 0
@@ -196,12 +195,11 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
 
     labels = plan.contribution_labels()
     n_contrib = int(((plan.study.get("analyses") or {}).get("timestep_contribution") or {}).get("num_samples", 500))
-    contrib, contrib_eval = RuleCost("sample_contribution", len(labels), gpu), RuleCost("evaluate_contribution",
-                                                                                        len(labels), gpu)
+    contrib = RuleCost("sample_score_contribution", len(labels), gpu)
     for _ in labels:
         c.sampling(contrib, "reference", n_contrib, keep=True)
-        c.features(contrib_eval, n_contrib)
-    out += [contrib, contrib_eval, RuleCost("posterior", 1, False)]
+        c.features(contrib, n_contrib)
+    out += [contrib, RuleCost("posterior", 1, False)]
 
     pred = RuleCost("profile_predictions", 1, gpu)
     for rid in plan.prediction_runs():

@@ -132,7 +132,7 @@ class Plan:
         splits = [data["train_split"]]
         if self.evaluation["extractor"] == "digits-cnn":  # train_features reads the test split
             splits.append(data.get("test_split") or "test")
-        splits.append(data.get("test_split") or data["train_split"])  # sample_contribution's ground truth
+        splits.append(data.get("test_split") or data["train_split"])  # sample_score_contribution's ground truth
         return list(dict.fromkeys(splits))
 
     def image_shape(self) -> tuple[int, int]:

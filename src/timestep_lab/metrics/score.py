@@ -118,7 +118,7 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
     return out
 
 
-def evaluate_file(samples_npz: str | Path, reference: str | Path, out_json: str | Path, *, cfg: EvalConfig = EvalConfig(),
+def evaluate_file(samples_npz: str | Path, reference: str | Path | Reference, out_json: str | Path, *, cfg: EvalConfig = EvalConfig(),
                   weights: str | Path | None = None, device: Any = "cpu", progress: bool = False) -> dict[str, Any]:
     """``samples.npz`` -> ``metrics.json`` (written atomically)."""
     images, _, meta = load_samples(samples_npz)

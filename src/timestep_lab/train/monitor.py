@@ -15,15 +15,12 @@ import torch
 from torch import Tensor
 
 from timestep_lab.distributed import World
+from timestep_lab.errors import NonFiniteLossError  # torch-free, so the CLI entry catches it without torch
 from timestep_lab.predictions import HEADS
 
 __all__ = ["LOG_BINS", "Accumulators", "NonFiniteGuard", "NonFiniteLossError", "bin_of"]
 
 LOG_BINS = 10
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite; the message names the step and the timesteps."""
 
 
 def bin_of(t: Tensor, T: int) -> Tensor:

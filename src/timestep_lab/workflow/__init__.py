@@ -7,16 +7,18 @@ module                      holds                                               
 ``study``                   + the runs the analyses derive; contribution ranges         config, timeranges
 ``run_yaml``                ``run.yaml`` with the run-time facts (init model, slots)    config
 ``snakefile``               launcher, shell flags, schema-error summary                 stdlib
+``checked``                 run configs checked at DAG build, once (.snakemake record)  config (torch lazily)
 ``collect``                 results -> metrics.csv, runs.csv, summary.json              pandas, studies
 ``dvc_export``              summary/metrics -> DVC metrics and plots files              pandas
 ==========================  =========================================================  =====================
 
-This package's ``__init__`` and the first four modules import no torch, pandas or scipy: the
+This package's ``__init__`` and the first five modules import no torch, pandas or scipy: the
 Snakefile imports them when it builds the DAG. ``collect`` and ``dvc_export`` are imported by
 their own jobs (``from timestep_lab.workflow.collect import collect``) and are not re-exported here.
 """
 
 from timestep_lab.timeranges import scale_range
+from timestep_lab.workflow.checked import check_run_configs
 from timestep_lab.workflow.run_yaml import write_run_config
 from timestep_lab.workflow.runs import AXES, Run, build_runs, deep_merge, prepared_dir, run_config
 from timestep_lab.workflow.snakefile import launcher, opt, schema_error_summary
@@ -38,4 +40,5 @@ __all__ = [
     "launcher",
     "opt",
     "schema_error_summary",
+    "check_run_configs",
 ]

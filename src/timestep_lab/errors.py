@@ -1,0 +1,15 @@
+"""Errors a command reports as one ``error:`` line (no traceback), kept free of heavy imports.
+
+The command-line entry (``timestep_lab.cli``) catches these around every command; importing them
+from the modules that raise them would load torch for every command, ``--help`` included. Only
+stdlib here. (``ConfigError`` lives with the config schema, ``ArtifactError`` with the file
+helpers in ``timestep_lab.io``; both are torch-free too.)
+"""
+
+from __future__ import annotations
+
+__all__ = ["NonFiniteLossError"]
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; the message names the step and the timesteps (exit status 3)."""
