@@ -56,27 +56,32 @@ def name(run: str) -> str:
 
 order = sorted(profs, key=lambda r: (r.startswith("toward_zero"), -runs.loc[r, "batch_size"] if r in runs.index else 0))
 study.show_failed()
+# one curve per model (batch size, or the toward-t=0 retraining): the mean over its seeds; every
+# profile uses the same image/noise bank, so the timesteps agree
+models = list(dict.fromkeys(name(r) for r in order))
+curves = {m: np.mean([profs[r]["eps_mse"] for r in order if name(r) == m], axis=0) for m in models}
+steps = {m: next(profs[r]["timesteps"] for r in order if name(r) == m) for m in models}
+seeds = {m: sum(name(r) == m for r in order) for m in models}
+plain = [r for r in order if not r.startswith("toward_zero") and r in runs.index]
+large = name(max(plain, key=lambda r: runs.loc[r, "batch_size"])) if plain else None
+small = [m for m in models if m != large and not m.startswith("small batch, retrained")]
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-for run in order:
-    p = profs[run]
-    axes[0].plot(p["timesteps"], p["eps_mse"], label=name(run))
+for m in models:
+    axes[0].plot(steps[m], curves[m], label=f"{m} (mean of {seeds[m]} seed{'s' if seeds[m] > 1 else ''})")
 axes[0].set_yscale("log")
 axes[0].set_xlabel("t")
 axes[0].set_ylabel("eps-MSE (log)")
 axes[0].set_title("loss profile at equal images seen")
 axes[0].legend()
-large = [r for r in order if not r.startswith("toward_zero") and r in runs.index]
-large = max(large, key=lambda r: runs.loc[r, "batch_size"]) if large else None
 if large:
-    ref = np.array(profs[large]["eps_mse"])
-    for run in order:
-        if run != large:
-            axes[1].plot(profs[run]["timesteps"], np.array(profs[run]["eps_mse"]) / ref - 1, label=name(run))
+    for m in models:
+        if m != large:
+            axes[1].plot(steps[m], curves[m] / curves[large] - 1, label=m)
     axes[1].axhline(0, color="k", lw=0.8)
     axes[1].set_xlabel("t")
-    axes[1].set_ylabel(f"relative to {name(large)}")
+    axes[1].set_ylabel(f"relative to {large}")
     axes[1].set_title("relative loss difference per t")
     axes[1].legend()
 plt.tight_layout()
@@ -93,29 +98,28 @@ for run in order:
                  "eps-MSE, t > 9T/10": eps[t > 0.9 * T].mean(), "eps-MSE, all t": eps.mean()})
 table = pd.DataFrame(rows).set_index("model")
 display(table.style.format({c: "{:.4g}" for c in table.columns if c != "run"}))
+means = table.drop(columns="run").groupby(level=0, sort=False).mean()  # per model, over its seeds
 
 # %% [markdown]
 # ## What our numbers show
 
 # %%
 lines = []
-small = [r for r in order if not r.startswith("toward_zero") and r != large]
 if large and small:
     s = small[0]
-    fs, fl = fid.get(s, np.nan), fid.get(large, np.nan)
-    lines.append(f"- At equal images seen, {name(s)} reaches {label} {fs:.2f} vs {fl:.2f} for {name(large)} (mean over "
+    fs, fl = means.loc[s, f"final {label}"], means.loc[large, f"final {label}"]
+    lines.append(f"- At equal images seen, {s} reaches {label} {fs:.2f} vs {fl:.2f} for {large} (mean over "
                  "seeds, descriptive: whether the difference is real is the verdict at the top, paired by seed).")
-    ts = table.loc[name(s)]
-    tl = table.loc[name(large)]
+    ts, tl = means.loc[s], means.loc[large]
     lines.append(f"- Near t = 0 the small batch's loss is {ts['eps-MSE, t < T/10'] / tl['eps-MSE, t < T/10']:.2f}x the large batch's; "
                  f"near T it is {ts['eps-MSE, t > 9T/10'] / tl['eps-MSE, t > 9T/10']:.2f}x (the paper finds the gap mainly near 0).")
-tz = [r for r in order if r.startswith("toward_zero")]
+tz = [m for m in models if m.startswith("small batch, retrained")]
 if tz and small:
-    a, b = table.loc[name(small[0])], table.loc[name(tz[0])]
+    a, b = means.loc[small[0]], means.loc[tz[0]]
     d0 = b["eps-MSE, t < T/10"] / a["eps-MSE, t < T/10"] - 1
     dT = b["eps-MSE, t > 9T/10"] / a["eps-MSE, t > 9T/10"] - 1
     lines.append(f"- Retraining toward t = 0 changed the loss near 0 by {100 * d0:+.1f}% and near T by {100 * dT:+.1f}%"
                  + ("; losses near T got worse, as in the paper's Fig. 1f." if dT > 0 else
                     "; losses near T did not get worse, unlike the paper's Fig. 1f."))
-    lines.append(f"- {label} of the retrained model: {fid.get(tz[0], np.nan):.2f} (before retraining {fid.get(small[0], np.nan):.2f}).")
+    lines.append(f"- {label} of the retrained model: {b[f'final {label}']:.2f} ({small[0]}: {a[f'final {label}']:.2f}).")
 display(Markdown("\n".join(lines) if lines else "_Not enough runs for conclusions._"))
