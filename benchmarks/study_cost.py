@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from timestep_lab.reporting.cost import format_cost, local_rules, study_cost
+from timestep_lab.reporting.cost import format_cost, local_rules, logs_dir_of, study_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP = "import torch, torchvision, torch_fidelity, cleanfid, timestep_lab.cli"
@@ -41,13 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results_dir", type=Path, help="a finished study's results folder, e.g. results/digits")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     p.add_argument("--no-startup", action="store_true", help="skip measuring the start-up cost")
+    p.add_argument("--logs", type=Path, default=None, help="the study's job logs (default: logs/<study> beside results/)")
     args = p.parse_args(argv)
+    local = local_rules(sorted((ROOT / "workflow" / "rules").glob("*.smk")))
     try:
-        costs = study_cost(args.results_dir)
+        costs = study_cost(args.results_dir, args.logs or logs_dir_of(args.results_dir), local)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    local = local_rules(sorted((ROOT / "workflow" / "rules").glob("*.smk")))
     startup = None if args.no_startup else startup_cpu_seconds()
     print(format_cost(costs, startup_cpu_s=startup, local=local))
     if args.json:

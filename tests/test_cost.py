@@ -32,6 +32,43 @@ def _study(tmp_path: Path) -> Path:
     return res
 
 
+def _logs(tmp_path: Path) -> Path:
+    """Job logs as the CLI leaves them: train/a ends with its usage line (exact CPU), train/b
+    failed before printing one, run_config is a local rule."""
+    logs = tmp_path / "logs" / "toy"
+    (logs / "train").mkdir(parents=True)
+    (logs / "train" / "a.log").write_text("12:00:00 INFO timestep_lab.train: done\ntimestep_lab usage: cpu_s=40.250 max_rss_mb=350.5\n")
+    (logs / "train" / "b.log").write_text("error: something\n")
+    return logs
+
+
+def test_exact_cpu_from_the_job_log_wins_over_the_sampled_one(tmp_path):
+    res = _study(tmp_path)
+    _bench(res / "benchmarks" / "run_config" / "a.tsv", (0.1, 900.0, 250.0))  # snakemake's own process
+    costs = study_cost(res, _logs(tmp_path), local={"run_config"})
+    train = costs["train"]
+    # a: 40.25 exact (the benchmark sampled 9.5); b: no usage line -> the sampled 11.5
+    assert (train.cpu_s, train.exact_jobs, train.max_rss_mb) == (51.75, 1, 350.5)
+    assert costs["run_config"].cpu_s == 0 and costs["run_config"].wall_s == 0.1  # local: no CPU of its own
+    text = format_cost(costs)
+    assert "CPU-s exact (the job's own usage line) for 1 of 5 jobs" in text
+
+
+def test_the_cli_ends_a_successful_command_with_its_usage_line(tmp_path):
+    from timestep_lab.reporting.cost import read_usage
+
+    log = tmp_path / "job.log"
+    with open(log, "w") as fh:
+        r = subprocess.run([sys.executable, "-m", "timestep_lab", "slots", "--help"], stdout=fh, stderr=fh, timeout=120)
+    assert r.returncode == 0 and read_usage(log) is None  # --help exits through argparse: no work, no line
+    with open(log, "w") as fh:
+        r = subprocess.run([sys.executable, "-m", "timestep_lab", "prepare", "digits", "--split", "test", "--out",
+                            str(tmp_path / "digits-test")], stdout=fh, stderr=fh, timeout=120)
+    assert r.returncode == 0, log.read_text()
+    cpu, rss = read_usage(log)
+    assert 0 < cpu < 120 and rss > 10
+
+
 def test_costs_sum_per_rule_and_take_the_mean_of_repeats(tmp_path):
     costs = study_cost(_study(tmp_path))
     assert list(costs) == ["train", "evaluate", "collect"]  # by CPU, largest first
@@ -76,6 +113,8 @@ def test_every_rule_declares_a_benchmark_file():
                 missing.append(f"{smk.name}: {name}")
             elif "benchmark:" in body and f'benchmarks/{name}/' not in body.replace("{BENCH}/", "benchmarks/"):
                 missing.append(f"{smk.name}: {name} (benchmark not under benchmarks/{name}/)")
+            elif "log:" in body and f'{{LOGS}}/{name}/' not in body:
+                missing.append(f"{smk.name}: {name} (log not under logs/<study>/{name}/, where study_cost reads it)")
     assert not missing, missing
 
 

@@ -16,7 +16,7 @@ rule profile_losses:
         fmt=lambda wc: model_format(wc.run),
         bank=lambda wc: profile_args(wc.run),
     log:
-        f"{LOGS}/analyses/profile_{{run}}.log",
+        f"{LOGS}/profile_losses/{{run}}.log",
     benchmark:
         f"{BENCH}/profile_losses/{{run}}.tsv",
     threads: config["resources"]["threads"]
@@ -38,7 +38,7 @@ rule slots:
     params:
         n=AN.get("slots", {}).get("n_slots", 10),
     log:
-        f"{LOGS}/analyses/slots.log",
+        f"{LOGS}/slots/slots.log",
     benchmark:
         f"{BENCH}/slots/slots.tsv",
     conda:
@@ -60,7 +60,7 @@ rule interference:
         pairs=lambda wc, input: [f"{RUNS[r].extra['slot']}={p}"
                                  for r, p in zip(finetune_runs(reference_seed()), input.finetuned)],
     log:
-        f"{LOGS}/analyses/interference.log",
+        f"{LOGS}/interference/interference.log",
     benchmark:
         f"{BENCH}/interference/interference.tsv",
     conda:
@@ -85,7 +85,7 @@ rule interference_control:
                                      for r, p in zip(finetune_runs(), input.finetuned)],
         controls=lambda wc, input: [f"{RUNS[r].extra['seed']}={p}" for r, p in zip(control_runs(), input.controls)],
     log:
-        f"{LOGS}/analyses/interference_control.log",
+        f"{LOGS}/interference_control/interference_control.log",
     benchmark:
         f"{BENCH}/interference_control/interference_control.tsv",
     conda:
@@ -116,7 +116,7 @@ rule sample_score_contribution:
         sets=eval_sample_overrides(AN.get("timestep_contribution", {}).get("num_samples", 500)),
         weights=weights_arg(),
     log:
-        f"{LOGS}/analyses/contribution_{{label}}.log",
+        f"{LOGS}/sample_score_contribution/{{label}}.log",
     benchmark:
         f"{BENCH}/sample_score_contribution/{{label}}.tsv",
     threads: config["resources"]["threads"]
@@ -141,7 +141,7 @@ rule posterior:
         fmt=model_format("reference"),
         ranges=[str(x) for lo_hi in AN.get("timestep_contribution", {}).get("ranges", []) for x in lo_hi],
     log:
-        f"{LOGS}/analyses/posterior.log",
+        f"{LOGS}/posterior/posterior.log",
     benchmark:
         f"{BENCH}/posterior/posterior.tsv",
     conda:
@@ -163,7 +163,7 @@ rule profile_predictions:
         data=parent_dir("data"),
         bank=profile_args("predictions"),
     log:
-        f"{LOGS}/analyses/prediction_types.log",
+        f"{LOGS}/profile_predictions/profile_predictions.log",
     benchmark:
         f"{BENCH}/profile_predictions/profile_predictions.tsv",
     threads: config["resources"]["threads"]
@@ -187,7 +187,7 @@ rule consistency:
         samples=[f"{r}={run_dir(r)}/samples.npz" for r in consistency_runs()],
         weights=weights_arg() if config["evaluation"]["extractor"] == "digits-cnn" else [],
     log:
-        f"{LOGS}/analyses/consistency.log",
+        f"{LOGS}/consistency/consistency.log",
     benchmark:
         f"{BENCH}/consistency/consistency.tsv",
     conda:

@@ -12,7 +12,7 @@ rule prepare_data:
         resolution=W.opt("--resolution", config["data"]["resolution"]),
         out=lambda wc, output: os.path.dirname(output.manifest),
     log:
-        "logs/prepare/{name}-{split}.log",
+        f"{LOGS}/prepare_data/{{name}}-{{split}}.log",
     benchmark:
         f"{BENCH}/prepare_data/{{name}}-{{split}}.tsv",
     conda:

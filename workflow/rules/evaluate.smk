@@ -14,7 +14,7 @@ rule train_features:
         train=parent_dir("train"),
         test=parent_dir("test"),
     log:
-        f"{LOGS}/eval/train_features.log",
+        f"{LOGS}/train_features/train_features.log",
     benchmark:
         f"{BENCH}/train_features/train_features.tsv",
     threads: config["resources"]["threads"]
@@ -37,7 +37,7 @@ rule reference_stats:
         weights=weights_arg(),
         max_images=lambda wc: W.opt("--max-images", config["evaluation"]["reference_max_images"]),
     log:
-        f"{LOGS}/eval/reference_stats.log",
+        f"{LOGS}/reference_stats/reference_stats.log",
     benchmark:
         f"{BENCH}/reference_stats/reference_stats.tsv",
     threads: config["resources"]["threads"]
@@ -120,7 +120,7 @@ rule collect:
         runs=lambda wc: {r: {"axes": RUNS[r].axes, "groups": list(RUNS[r].groups), "columns": run_columns(r)} for r in RUNS},
         res=lambda wc: RES,
     log:
-        f"{LOGS}/collect.log",
+        f"{LOGS}/collect/collect.log",
     benchmark:
         f"{BENCH}/collect/collect.tsv",
     run:

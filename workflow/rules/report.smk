@@ -73,17 +73,18 @@ rule index:
     params:
         study=STUDY,
         config_source=CONFIG_SOURCE,
-        res=lambda wc, input: os.path.dirname(input.summary),  # results/<study>: its benchmark files
+        results_dir=lambda wc, input: os.path.dirname(input.summary),  # results/<study>: its benchmark files
+        logs_dir=LOGS,  # logs/<study>/<rule>/<job>.log: each job's exact CPU (its usage line)
+        rules_dir=os.path.join(workflow.basedir, "workflow", "rules"),  # which rules are local (no CPU of their own)
     log:
-        f"{LOGS}/report/index.log",
+        f"{LOGS}/index/index.log",
     benchmark:
         f"{BENCH}/index/index.tsv",
     run:
         from timestep_lab.reporting import render_index
 
-        render_index(input.template, output[0], study=params.study, summary=input.summary, slots=input.slots,
-                     verdicts=input.verdicts, reports=list(input.reports), config_source=params.config_source,
-                     estimate=input.estimate, results_dir=params.res)
+        render_index(input.template, output[0], summary=input.summary, slots=input.slots, verdicts=input.verdicts,
+                     estimate=input.estimate, reports=list(input.reports), **dict(params.items()))
 
 
 rule estimate:
@@ -93,7 +94,7 @@ rule estimate:
     output:
         f"{RES}/estimate.json",
     log:
-        f"{LOGS}/estimate.log",
+        f"{LOGS}/estimate/estimate.log",
     benchmark:
         f"{BENCH}/estimate/estimate.tsv",
     conda:

@@ -39,7 +39,7 @@ rule dvc_export:
         fid_progress=f"dvc/{STUDY}/fid_progress.csv",
         loss_profile=f"dvc/{STUDY}/loss_profile.csv",
     log:
-        f"{LOGS}/dvc_export.log",
+        f"{LOGS}/dvc_export/dvc_export.log",
     benchmark:
         f"{BENCH}/dvc_export/dvc_export.tsv",
     run:

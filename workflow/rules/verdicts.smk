@@ -16,7 +16,7 @@ rule verdicts:
         study=STUDY,
         base_batch=lambda wc: RUNS["reference"].axes.get("batch_size") if "reference" in RUNS else None,
     log:
-        f"{LOGS}/verdicts.log",
+        f"{LOGS}/verdicts/verdicts.log",
     benchmark:
         f"{BENCH}/verdicts/verdicts.tsv",
     run:

@@ -1,19 +1,21 @@
-"""What a finished study cost, per rule, from Snakemake's per-job benchmark files.
+"""What a finished study cost, per rule, from its jobs' benchmark files and logs.
 
-Every rule of the workflow declares ``benchmark: results/<study>/benchmarks/<rule>/<job>.tsv``.
-Snakemake writes one tab-separated row per execution of the job with (among others) the
-columns ``s`` (wall seconds), ``max_rss`` (MiB, the peak resident set of the job's process
-tree) and ``cpu_time`` (CPU seconds, user + system, of that tree). This module reads them back
-and sums them per rule (the folder name) and over the study:
+Every rule of the workflow declares ``benchmark: results/<study>/benchmarks/<rule>/<job>.tsv``
+and ``log: logs/<study>/<rule>/<job>.log``. Snakemake writes one tab-separated row per execution
+of the job with (among others) ``s`` (wall seconds), ``max_rss`` (MiB) and ``cpu_time``; a
+``python -m timestep_lab`` command that succeeds ends its log with its exact CPU seconds (self +
+waited-for children) and peak RSS (:mod:`timestep_lab.usage`). Per rule (the folder name):
 
-    cpu_s(rule) = sum_jobs cpu_time      wall_s(rule) = sum_jobs s      max_rss(rule) = max_jobs max_rss
+    cpu_s(rule) = sum_jobs cpu      wall_s(rule) = sum_jobs s      max_rss(rule) = max_jobs max_rss
 
-A job that ran more than once (``--benchmark-repeats``) counts with the mean of its rows.
-Snakemake samples a job's processes every 0.5 s for its first 15 s, then every 30 s, and CPU
-spent after the last sample is not seen: ``cpu_time`` of a job longer than 15 s is a lower bound
-(by at most 30 s of CPU per job), and a job shorter than the first sample reads ``NA`` (counted
-as 0 here, its wall time still counts).
-Standard library only: ``benchmarks/study_cost.py`` and the study index both use it.
+where a job's ``cpu`` is its log's usage line when there is one (exact), else the benchmark's
+``cpu_time``. That one is sampled: Snakemake reads the job's processes every 0.5 s for its first
+15 s, then every 30 s, so it misses up to 30 CPU-s per job, and a job shorter than the first
+sample reads ``NA``. Jobs of ``local`` rules (``run:`` blocks inside Snakemake's own process)
+have no CPU of their own to measure: the benchmark samples the whole Snakemake process, so they
+count 0 CPU-s here (their wall time still counts). A job that ran more than once
+(``--benchmark-repeats``) counts with the mean of its rows. Standard library only:
+``benchmarks/study_cost.py`` and the study index both use it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-__all__ = ["RuleCost", "read_benchmark", "study_cost", "local_rules", "format_cost", "estimate_vs_measured"]
+from timestep_lab.usage import USAGE_LINE
+
+__all__ = ["RuleCost", "read_benchmark", "read_usage", "study_cost", "logs_dir_of", "local_rules", "format_cost",
+           "estimate_vs_measured"]
 
 
 @dataclass
@@ -37,14 +42,22 @@ class RuleCost:
     cpu_s: float = 0.0
     wall_s: float = 0.0
     max_rss_mb: float = 0.0
+    exact_jobs: int = 0  # jobs whose CPU came from their log's usage line
     job_ids: list[str] = field(default_factory=list)
 
-    def add(self, job: str, row: Mapping[str, float]) -> None:
+    def add(self, job: str, row: Mapping[str, float], usage: tuple[float, float] | None = None,
+            local: bool = False) -> None:
+        """One job: its benchmark ``row``, its log's ``usage`` ``(cpu_s, max_rss_mb)`` if any."""
         self.jobs += 1
         self.job_ids.append(job)
-        self.cpu_s += _finite(row.get("cpu_time"))
         self.wall_s += _finite(row.get("s"))
-        self.max_rss_mb = max(self.max_rss_mb, _finite(row.get("max_rss")))
+        if usage is not None:
+            self.exact_jobs += 1
+            self.cpu_s += usage[0]
+            self.max_rss_mb = max(self.max_rss_mb, usage[1])
+        elif not local:
+            self.cpu_s += _finite(row.get("cpu_time"))
+            self.max_rss_mb = max(self.max_rss_mb, _finite(row.get("max_rss")))
 
     def as_dict(self) -> dict[str, float | int | str]:
         return {"rule": self.rule, "jobs": self.jobs, "cpu_s": round(self.cpu_s, 2), "wall_s": round(self.wall_s, 2),
@@ -79,22 +92,44 @@ def read_benchmark(path: str | Path) -> dict[str, float]:
     return out
 
 
-def study_cost(results_dir: str | Path) -> dict[str, RuleCost]:
-    """Every ``<results_dir>/benchmarks/<rule>/**/*.tsv``, summed per rule (sorted by CPU, largest first).
+def read_usage(log: str | Path) -> tuple[float, float] | None:
+    """``(cpu_s, max_rss_mb)`` from the usage lines of a job's log (summed CPU and largest RSS over
+    the lines: a torchrun job has one per worker), or None when the log has none or is missing."""
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return None
+    found = [(float(c), float(r)) for c, r in USAGE_LINE.findall(text)]
+    return (sum(c for c, _ in found), max(r for _, r in found)) if found else None
+
+
+def study_cost(results_dir: str | Path, logs_dir: str | Path | None = None,
+               local: Iterable[str] = ()) -> dict[str, RuleCost]:
+    """Every ``<results_dir>/benchmarks/<rule>/**/*.tsv`` with its log
+    ``<logs_dir>/<rule>/<job>.log`` (module docstring), summed per rule, largest CPU first.
 
     :raises FileNotFoundError: when the study has no benchmark folder (not run, or run before the
         rules declared benchmarks)."""
     root = Path(results_dir) / "benchmarks"
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no benchmark files; run the study first (every rule writes one)")
+    local = set(local)
     costs: dict[str, RuleCost] = {}
     for rule_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         cost = RuleCost(rule_dir.name)
         for tsv in sorted(rule_dir.rglob("*.tsv")):
-            cost.add(tsv.relative_to(rule_dir).with_suffix("").as_posix(), read_benchmark(tsv))
+            job = tsv.relative_to(rule_dir).with_suffix("").as_posix()
+            usage = read_usage(Path(logs_dir) / rule_dir.name / f"{job}.log") if logs_dir is not None else None
+            cost.add(job, read_benchmark(tsv), usage, local=rule_dir.name in local)
         if cost.jobs:
             costs[cost.rule] = cost
     return dict(sorted(costs.items(), key=lambda kv: -kv[1].cpu_s))
+
+
+def logs_dir_of(results_dir: str | Path) -> Path:
+    """The logs folder the workflow pairs with ``results/<study>``: ``logs/<study>`` beside ``results/``."""
+    res = Path(results_dir)
+    return res.parent.parent / "logs" / res.name
 
 
 _LOCALRULES = re.compile(r"^localrules:\s*\n((?:[ \t]+[\w, \t]+\n?)+)", re.M)
@@ -124,6 +159,9 @@ def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = 
     jobs = sum(c.jobs for c in costs.values())
     lines.append(f"{'total':<24} {jobs:>5} {total_cpu:>9.1f} {sum(c.wall_s for c in costs.values()):>9.1f} "
                  f"{max((c.max_rss_mb for c in costs.values()), default=0):>12.0f} {1 if total_cpu else math.nan:>9.1%}")
+    exact = sum(c.exact_jobs for c in costs.values())
+    lines.append(f"CPU-s exact (the job's own usage line) for {exact} of {jobs} jobs; the others as Snakemake "
+                 "sampled them (lower bounds), jobs of local rules 0")
     if startup_cpu_s is not None:
         local = set(local)
         started = sum(c.jobs for c in costs.values() if c.rule not in local)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from timestep_lab.io import atomic_write_text
-from timestep_lab.reporting.cost import estimate_vs_measured, study_cost
+from timestep_lab.reporting.cost import estimate_vs_measured, local_rules, study_cost
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import COLUMNS, load_verdicts, scorecard_rows
 
@@ -37,7 +37,8 @@ PAPER_NUMBERS = [
 def render_index(template: str | Path, out_html: str | Path, *, study: str, summary: str | Path,
                  reports: list[str], config_source: str, verdicts: str | Path | None = None,
                  slots: str | Path | None = None, pending: list[str] | None = None,
-                 estimate: str | Path | None = None, results_dir: str | Path | None = None) -> Path:
+                 estimate: str | Path | None = None, results_dir: str | Path | None = None,
+                 logs_dir: str | Path | None = None, rules_dir: str | Path | None = None) -> Path:
     """The study's ``index.html``: scorecard, the papers' figures beside our verdicts, protocol, the
     cost estimate (``estimate``: the JSON of ``estimate --out``) beside the measured cost per rule (the
     benchmark files under ``results_dir``, :mod:`timestep_lab.reporting.cost`), links."""
@@ -49,7 +50,8 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
     card = scorecard_rows(load_verdicts(verdicts))
     est = json.loads(Path(estimate).read_text()) if estimate is not None and Path(estimate).exists() else None
     try:
-        measured = study_cost(results_dir) if results_dir is not None else {}
+        local = local_rules(sorted(Path(rules_dir).glob("*.smk"))) if rules_dir is not None else set()
+        measured = study_cost(results_dir, logs_dir, local) if results_dir is not None else {}
     except (FileNotFoundError, ValueError):  # not run yet, or a malformed benchmark file: show the estimate alone
         measured = {}
     cost = estimate_vs_measured(est, measured) if (est or measured) else []
