@@ -79,6 +79,11 @@ def test_small_batch_claim_uses_the_smallest_batch_against_the_base_batch(seed):
     # the seed paper finds the small batch *worse* at an equal per-timestep budget (Fig. 1):
     # a small batch 40 FID better contradicts it
     assert row["arm"] == "uniform_none_eps_b16_linear" and row["verdict"] == "contradicted"
+    # the small batch's retraining toward t = 0 (one seed, also batch 16) is not the small-batch arm
+    tz = [{**r, "run": "toward_zero_from-" + r["run"], "arm": arm_of("toward_zero_from-" + r["run"], 0)}
+          for r in _rows("batch_size", "toward_zero", "none", [0], [big[0] - 80], batch=16)]
     worse = pd.DataFrame(_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128)
-                         + _rows("batch_size", "uniform", "none", [0, 1, 2], big + 40, batch=16))
+                         + _rows("batch_size", "uniform", "none", [0, 1, 2], big + 40, batch=16) + tz)
+    row = {r["id"]: r for r in judge_claims(worse, base_batch=128)}["small_batch"]
+    assert row["arm"] == "uniform_none_eps_b16_linear" and row["n"] == 3
     assert {r["id"]: r for r in judge_claims(worse, base_batch=128)}["small_batch"]["verdict"] == "reproduced"
