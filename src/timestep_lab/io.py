@@ -27,6 +27,7 @@ __all__ = [
     "UnsafeCheckpointError",
     "atomic_path",
     "check_writable",
+    "canonical_json",
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_write_json",
@@ -136,6 +137,12 @@ def read_json(path: str | Path) -> Any:
         raise ArtifactError(f"{path}: corrupted JSON ({exc})") from None
     except OSError as exc:  # a folder, no permission
         raise ArtifactError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def canonical_json(obj: Any) -> str:
+    """``obj`` as JSON with sorted keys and no spaces (non-JSON values by ``str``): equal configs
+    give equal text, so its sha256 names a config (run-config check record, stale run folders)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

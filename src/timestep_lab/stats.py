@@ -124,7 +124,7 @@ def holm_table(comparisons: Mapping[str, Paired]) -> dict[str, Paired]:
     return {k: Paired(**{**comparisons[k].as_dict(), "p_adj": a}) for k, a in zip(names, adj)}
 
 
-def verdict(ci_low: float, ci_high: float, expected_sign: int, p_adj: float = math.nan,
+def verdict(ci_low: float | None, ci_high: float | None, expected_sign: int, p_adj: float | None = math.nan,
             alpha: float = 0.05) -> str:
     """Verdict on a claim from a 95% interval of ``arm - baseline``.
 
@@ -132,11 +132,12 @@ def verdict(ci_low: float, ci_high: float, expected_sign: int, p_adj: float = ma
     reproduced: the interval excludes 0 on the claimed side; contradicted: it excludes 0 on the
     other side; inconclusive: it covers 0 (or could not be computed), or the Holm-adjusted
     ``p_adj`` (when given) is not below ``alpha``: an interval that excludes 0 only before the
-    correction for the other arms of its group is not evidence.
+    correction for the other arms of its group is not evidence. ``None`` (JSON null, as
+    :func:`json_safe` writes NaN) counts as not computed.
     """
     if expected_sign not in (-1, 1):
         raise ValueError(f"expected_sign must be -1 or +1, got {expected_sign!r}")
-    if not (math.isfinite(ci_low) and math.isfinite(ci_high)):
+    if ci_low is None or ci_high is None or not (math.isfinite(ci_low) and math.isfinite(ci_high)):
         return "inconclusive"
     if p_adj is not None and math.isfinite(p_adj) and p_adj >= alpha:
         return "inconclusive"

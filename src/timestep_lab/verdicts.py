@@ -205,7 +205,7 @@ CONSTANT_BASE = {"arm!~": ["_opt", "_ch"]}
 #: compared separately (``schedules``: uniform vs the others within each noise schedule).
 GROUP_BASELINES: dict[str, tuple[dict[str, Any], str | None]] = {
     "sampler_comparison": (UNIFORM, None),
-    "schedules": ({"sampler": "uniform", "weighting": "none"}, "schedule"),
+    "schedules": (UNIFORM, "schedule"),
     "prediction_types": ({"prediction": "eps"}, None),
     "batch_size": ({"batch_size": "{base}"}, None),
     "consistency": (CONSTANT_BASE, None),
@@ -263,9 +263,7 @@ def _verdict_row(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -
     row = {"id": claim.id, "paper": claim.paper, "claim": claim.statement, **extra}
     if not effect or not effect.get("n"):
         return {**row, "verdict": "not run", "needs": claim.needs}
-    nan_if_none = lambda x: math.nan if x is None else x  # noqa: E731 - JSON null
-    v = verdict(nan_if_none(effect.get("ci_low", math.nan)), nan_if_none(effect.get("ci_high", math.nan)),
-                claim.expected_sign, nan_if_none(effect.get("p_adj", math.nan)))
+    v = verdict(effect.get("ci_low"), effect.get("ci_high"), claim.expected_sign, effect.get("p_adj"))
     row.update({k: effect.get(k, math.nan) for k in ("n", "diff", "ci_low", "ci_high", "p_adj", "detectable")})
     row["units"] = effect.get("units") or ("final FID, arm - baseline" if claim.kind == "fid" else "")
     row["verdict"] = v

@@ -23,13 +23,13 @@ from __future__ import annotations
 import csv
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from timestep_lab.usage import USAGE_LINE
 
-__all__ = ["RuleCost", "read_benchmark", "read_usage", "study_cost", "logs_dir_of", "local_rules", "format_cost",
+__all__ = ["RuleCost", "total", "read_benchmark", "read_usage", "study_cost", "logs_dir_of", "local_rules", "format_cost",
            "estimate_vs_measured"]
 
 
@@ -43,13 +43,10 @@ class RuleCost:
     wall_s: float = 0.0
     max_rss_mb: float = 0.0
     exact_jobs: int = 0  # jobs whose CPU came from their log's usage line
-    job_ids: list[str] = field(default_factory=list)
 
-    def add(self, job: str, row: Mapping[str, float], usage: tuple[float, float] | None = None,
-            local: bool = False) -> None:
+    def add(self, row: Mapping[str, float], usage: tuple[float, float] | None = None, local: bool = False) -> None:
         """One job: its benchmark ``row``, its log's ``usage`` ``(cpu_s, max_rss_mb)`` if any."""
         self.jobs += 1
-        self.job_ids.append(job)
         self.wall_s += _finite(row.get("s"))
         if usage is not None:
             self.exact_jobs += 1
@@ -62,6 +59,18 @@ class RuleCost:
     def as_dict(self) -> dict[str, float | int | str]:
         return {"rule": self.rule, "jobs": self.jobs, "cpu_s": round(self.cpu_s, 2), "wall_s": round(self.wall_s, 2),
                 "max_rss_mb": round(self.max_rss_mb, 1)}
+
+
+def total(costs: Mapping[str, RuleCost]) -> RuleCost:
+    """The study's cost: CPU, wall and jobs summed over the rules, the largest RSS of any."""
+    out = RuleCost("total")
+    for c in costs.values():
+        out.jobs += c.jobs
+        out.exact_jobs += c.exact_jobs
+        out.cpu_s += c.cpu_s
+        out.wall_s += c.wall_s
+        out.max_rss_mb = max(out.max_rss_mb, c.max_rss_mb)
+    return out
 
 
 def _finite(x: float | None) -> float:
@@ -120,7 +129,7 @@ def study_cost(results_dir: str | Path, logs_dir: str | Path | None = None,
         for tsv in sorted(rule_dir.rglob("*.tsv")):
             job = tsv.relative_to(rule_dir).with_suffix("").as_posix()
             usage = read_usage(Path(logs_dir) / rule_dir.name / f"{job}.log") if logs_dir is not None else None
-            cost.add(job, read_benchmark(tsv), usage, local=rule_dir.name in local)
+            cost.add(read_benchmark(tsv), usage, local=rule_dir.name in local)
         if cost.jobs:
             costs[cost.rule] = cost
     return dict(sorted(costs.items(), key=lambda kv: -kv[1].cpu_s))
@@ -151,22 +160,18 @@ def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = 
     line. With ``startup_cpu_s`` (the CPU of starting one job's process: interpreter and imports,
     measured by the caller) a last line gives the share of the study's CPU spent starting processes:
     ``startup_cpu_s x (jobs not in local)`` / total CPU."""
-    total_cpu = sum(c.cpu_s for c in costs.values())
+    whole = total(costs)
     lines = [f"{'rule':<24} {'jobs':>5} {'CPU-s':>9} {'wall-s':>9} {'max RSS MiB':>12} {'CPU share':>9}"]
-    for c in costs.values():
-        share = c.cpu_s / total_cpu if total_cpu else math.nan
+    for c in (*costs.values(), whole):
+        share = c.cpu_s / whole.cpu_s if whole.cpu_s else math.nan
         lines.append(f"{c.rule:<24} {c.jobs:>5} {c.cpu_s:>9.1f} {c.wall_s:>9.1f} {c.max_rss_mb:>12.0f} {share:>9.1%}")
-    jobs = sum(c.jobs for c in costs.values())
-    lines.append(f"{'total':<24} {jobs:>5} {total_cpu:>9.1f} {sum(c.wall_s for c in costs.values()):>9.1f} "
-                 f"{max((c.max_rss_mb for c in costs.values()), default=0):>12.0f} {1 if total_cpu else math.nan:>9.1%}")
-    exact = sum(c.exact_jobs for c in costs.values())
-    lines.append(f"CPU-s exact (the job's own usage line) for {exact} of {jobs} jobs; the others as Snakemake "
-                 "sampled them (lower bounds), jobs of local rules 0")
+    lines.append(f"CPU-s exact (the job's own usage line) for {whole.exact_jobs} of {whole.jobs} jobs; the others as "
+                 "Snakemake sampled them (lower bounds), jobs of local rules 0")
     if startup_cpu_s is not None:
         local = set(local)
         started = sum(c.jobs for c in costs.values() if c.rule not in local)
         spent = started * startup_cpu_s
-        share = spent / total_cpu if total_cpu else math.nan
+        share = spent / whole.cpu_s if whole.cpu_s else math.nan
         lines.append(f"start-up: {started} job processes x {startup_cpu_s:.2f} CPU-s (python + imports, measured) "
                      f"= {spent:.0f} CPU-s, {share:.0%} of the study's CPU")
     return "\n".join(lines)
@@ -188,8 +193,8 @@ def estimate_vs_measured(estimate: Mapping | None, measured: Mapping[str, RuleCo
         rows[name].update(jobs=c.jobs, cpu_s=c.cpu_s, wall_s=c.wall_s, max_rss_mb=c.max_rss_mb)
     out = [{"jobs": None, "cpu_s": None, "wall_s": None, "max_rss_mb": None, **r} for r in rows.values()]
     total_est = (estimate or {}).get("total") or {}
+    whole = total(measured)
     out.append({"rule": "total", "est_jobs": total_est.get("jobs"), "est_hours": total_est.get("gpu_hours"),
-                "est_basis": "", "jobs": sum(c.jobs for c in measured.values()),
-                "cpu_s": sum(c.cpu_s for c in measured.values()), "wall_s": sum(c.wall_s for c in measured.values()),
-                "max_rss_mb": max((c.max_rss_mb for c in measured.values()), default=None)})
+                "est_basis": "", "jobs": whole.jobs, "cpu_s": whole.cpu_s, "wall_s": whole.wall_s,
+                "max_rss_mb": whole.max_rss_mb if measured else None})
     return out

@@ -10,11 +10,10 @@ the page. Must not know how the numbers are computed or how the notebooks are ex
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from timestep_lab.io import atomic_write_text
+from timestep_lab.io import atomic_write_text, read_json
 from timestep_lab.reporting.cost import estimate_vs_measured, local_rules, study_cost
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import COLUMNS, load_verdicts, scorecard_rows
@@ -44,11 +43,11 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
     benchmark files under ``results_dir``, :mod:`timestep_lab.reporting.cost`), links."""
     import jinja2  # only the Snakemake index job renders; the rule's module import stays light
 
-    summary_data = json.loads(Path(summary).read_text())
+    summary_data = read_json(summary)
     if slots is not None and Path(slots).exists():
-        summary_data["slots"] = json.loads(Path(slots).read_text())["slots"]
+        summary_data["slots"] = read_json(slots)["slots"]
     card = scorecard_rows(load_verdicts(verdicts))
-    est = json.loads(Path(estimate).read_text()) if estimate is not None and Path(estimate).exists() else None
+    est = read_json(estimate) if estimate is not None and Path(estimate).exists() else None
     try:
         local = local_rules(sorted(Path(rules_dir).glob("*.smk"))) if rules_dir is not None else set()
         measured = study_cost(results_dir, logs_dir, local) if results_dir is not None else {}

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from timestep_lab.checkpoints import CHECKPOINT_FORMAT
 from timestep_lab.config import RunConfig, config_to_dict
-from timestep_lab.io import ArtifactError, atomic_path, atomic_write_text, load_torch
+from timestep_lab.io import ArtifactError, atomic_path, atomic_write_text, canonical_json, load_torch
 from timestep_lab.optim import EMA
 
 __all__ = ["RESUMABLE_CHANGES", "RunPaths", "snapshot_name", "read_resume_checkpoint", "ema_state_dict", "publish",
@@ -110,7 +110,7 @@ def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig, set_aside_stale: boo
 def set_aside(paths: RunPaths, old_config: dict) -> Path:
     """Move the files of the run written with ``old_config`` to ``stale-<hash>/`` (a previous
     copy under that name is replaced: it holds the same config's run)."""
-    digest = hashlib.sha256(json.dumps(old_config, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    digest = hashlib.sha256(canonical_json(old_config).encode()).hexdigest()[:8]
     dest = paths.out / f"stale-{digest}"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, TextIO
 
 from timestep_lab.config import config_from_dict
-from timestep_lab.io import atomic_write_json
+from timestep_lab.io import atomic_write_json, canonical_json
 
 __all__ = ["RECORD", "RECORD_FORMAT", "check_run_configs", "fingerprint", "config_digest"]
 
@@ -54,8 +54,7 @@ def fingerprint() -> str:
 
 def config_digest(config: dict[str, Any], fp: str) -> str:
     """sha256 of a run config's canonical JSON (sorted keys, no spaces) under fingerprint ``fp``."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(f"{fp}\n{text}".encode()).hexdigest()
+    return hashlib.sha256(f"{fp}\n{canonical_json(config)}".encode()).hexdigest()
 
 
 def _recorded(record: Path) -> list[str]:
