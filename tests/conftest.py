@@ -79,17 +79,30 @@ SLURM_TEST_ARGS = [
 ]
 # The smoke study's ~100 cluster jobs each run snakemake twice inside SLURM (the job's
 # slurm-jobstep and the srun step under it, each parsing the workflow and importing torch:
-# ~10 s of CPU per job before the job's own command). On a 2-core machine that more than
-# doubles the study's time, so the test bundles the many small per-run jobs into SLURM group
-# jobs (one snakemake pair per group), each a one-CPU job (`--cores 1`: a group's jobs run one
-# after the other) so that two run side by side and a training job waits for one slot, not
-# for the whole node. Training, profiling and the single analyses stay one SLURM job each;
-# train cannot be grouped (fine-tuning runs start from the reference model through `slots`,
-# which would make a group depend on itself), nor profile_losses (same path).
+# ~10 s of CPU per job before the job's own command). The cluster profile groups the small
+# CPU-only rules (prepare_data, the analyses' post-processing, reports: `groups` in
+# workflow/profiles/cluster/config.yaml); on this CPU study the test also bundles the many small
+# per-run evaluation jobs, as the profile's comment tells CPU studies to (a command-line
+# --groups replaces the profile's list, so the profile's groups are repeated). Each group is a
+# one-CPU job (`--cores 1`: a group's jobs run one after the other) so that two run side by
+# side and a training job waits for one slot, not for the whole node. Training and profiling
+# stay one SLURM job each: train cannot be grouped (fine-tuning runs start from the reference
+# model through `slots`, which would make a group depend on itself), nor profile_losses.
+CLUSTER_PROFILE = Path(__file__).resolve().parent.parent / "workflow" / "profiles" / "cluster" / "config.yaml"
+CPU_STUDY_GROUPS = ["sample_score=eval", "evaluate_progress=progress", "sample_score_contribution=contrib"]
+CPU_STUDY_COMPONENTS = ["eval=3", "progress=6", "contrib=4"]
+
+
+def cluster_profile_option(key: str):
+    """One option of the cluster profile (a YTE file; the keys read here are plain YAML)."""
+    import yaml
+
+    return yaml.safe_load(CLUSTER_PROFILE.read_text())[key]
+
+
 SLURM_SMOKE_GROUPS = [
-    "--groups", "prepare_data=prep", "sample_score=eval", "evaluate_progress=progress",
-    "sample_score_contribution=contrib", "report=report",
-    "--group-components", "prep=2", "eval=3", "progress=6", "contrib=4", "report=4",
+    "--groups", *cluster_profile_option("groups"), *CPU_STUDY_GROUPS,
+    "--group-components", *cluster_profile_option("group-components"), *CPU_STUDY_COMPONENTS,
     "--cores", "1",
 ]
 

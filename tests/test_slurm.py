@@ -58,6 +58,11 @@ def test_smoke_study_through_slurm(slurm_cluster, smoke_study):
     comments = {jobs[i]["comment"] for i in ids}
     assert any(c.startswith("rule_train_wildcards_") for c in comments), comments
     assert any(c.startswith("rule_eval") for c in comments), comments  # a group job
+    # the cluster profile's own groups: the reports and the analyses' post-processing each went
+    # as group jobs, not one SLURM job per rule instance
+    assert any(c.startswith("rule_report") for c in comments), comments
+    assert any(c.startswith("rule_post") for c in comments), comments
+    assert not any(c.startswith(("rule_interference", "rule_estimate")) for c in comments), comments  # grouped, not alone
     partitions = {slurm_cluster.run("squeue", "--noheader", "--states=all", "--jobs", i, "--format=%P").stdout.strip()
                   for i in sorted(ids)[:3]}
     assert partitions == {slurm_cluster.partition}

@@ -186,3 +186,25 @@ def test_snakemake_lint_is_clean():
         pytest.skip("snakemake is not installed")
     r = subprocess.run([exe, "--lint"], cwd=root, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "Congratulations" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_cluster_profile_groups_only_cpu_rules_that_exist():
+    """The cluster profile's job groups bundle small CPU-only rules; a GPU rule in a group would
+    make Snakemake sum the GPUs of the group's parallel jobs (and run them all on the first)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "workflow" / "profiles" / "cluster" / "config.yaml").read_text()
+    profile = yaml.safe_load(text)
+    gpu_rules = set(re.findall(r'"(\w+)"', re.search(r"GPU_RULES = \(([^)]*)\)", text).group(1)))
+    rules = set(re.findall(r"^rule (\w+):", "".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk")), re.M))
+    grouped = {entry.split("=")[0]: entry.split("=")[1] for entry in profile["groups"]}
+    assert "train" in gpu_rules and "sample_score" in gpu_rules
+    assert grouped and set(grouped) <= rules, set(grouped) - rules
+    assert not set(grouped) & gpu_rules, set(grouped) & gpu_rules
+    components = dict(entry.split("=") for entry in profile["group-components"])
+    assert set(components) == set(grouped.values())
+    assert all(int(n) >= 2 for n in components.values())
