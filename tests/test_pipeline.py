@@ -93,6 +93,27 @@ def test_verdicts_cover_every_claim_and_the_index_shows_them(study):
     assert "uniform control" in slot_page and "Verdicts on the claims this report covers" in slot_page
 
 
+def test_smoke_study_metrics_match_the_recorded_values(study):
+    """Same seeds, same FIDs: every FID/KID of the smoke study (final and against images seen, both
+    tools) equals, to the last digit, the value recorded in tests/golden/smoke_metrics.json from the
+    study as it ran before the throughput restructuring (one-job scoring, job groups, ...).
+    Restructuring the workflow must not move a number; a change that alters the arithmetic on
+    purpose rerecords the file (tests/golden/record_smoke_metrics.py) and says how far they moved."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+    from record_smoke_metrics import fingerprint, metric_values
+
+    golden = json.loads((Path(__file__).resolve().parent / "golden" / "smoke_metrics.json").read_text())
+    if golden["fingerprint"] != fingerprint():
+        pytest.skip(f"recorded on {golden['fingerprint']}, this machine is {fingerprint()}: float results differ")
+    ours = metric_values(study.root / "results" / "smoke" / "metrics.csv")
+    assert len(golden["values"]) >= 100
+    assert set(ours) == set(golden["values"]), sorted(set(ours) ^ set(golden["values"]))[:10]
+    moved = {k: (v, ours[k]) for k, v in golden["values"].items() if ours[k] != v}
+    assert not moved, f"{len(moved)} of {len(ours)} values moved, e.g. {list(moved.items())[:5]}"
+
+
 def test_second_run_does_nothing(study):
     t0 = time.perf_counter()
     r = run(["snakemake", "--configfile", "config/smoke.yaml"], study.root, study_env(), timeout=300)
