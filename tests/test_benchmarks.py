@@ -63,6 +63,16 @@ def test_fid_throughput_quick(tmp_path):
     assert res["max_rel_diff_between_variants"] < 1e-6
 
 
+def test_ensemble_step_quick_trains_the_same_models(tmp_path):
+    """torch.func ensembling of K seeds gives each model the loss it gets trained alone."""
+    res = run_quick("ensemble_step", tmp_path)
+    assert res["seeds"] == 2 and res["batch"] == 64
+    assert set(res["cpu_ms_per_image"]) == {"separate", "ensemble"}
+    assert all(positive_finite(v) for v in res["cpu_ms_per_image"].values())
+    assert positive_finite(res["images_per_cpu_s_ensemble_over_separate"])
+    assert res["max_loss_difference"] < 1e-5  # same arithmetic up to operation order, after 7 steps
+
+
 def test_mfu_peak_table():
     spec = importlib.util.spec_from_file_location("bench_train_step", BENCH / "train_step.py")
     sys.path.insert(0, str(BENCH))
