@@ -10,6 +10,7 @@ min_version("8.20")
 configfile: "config/config.yaml"
 
 
+include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"

@@ -163,3 +163,27 @@ def test_index_shows_the_estimate_beside_the_measured_cost(tmp_path):
     assert rows[0] == ["train", "2", "0.0061", "measured", "2", "21.0", "22.0", "320"]
     assert rows[-1][:1] == ["total"] and rows[-1][4:6] == ["4", "25.0"]
     assert "CPU-core-hours" in html and "CPU core" in html
+
+
+def test_snakemake_samples_a_benchmarked_job_only_at_its_start(tmp_path):
+    """workflow/rules/benchmark.smk: Snakemake's psutil sampling of a job every 0.5 s (~0.5 CPU-s
+    per job in the snakemake process) is off. A job that takes 300 MB after its start and lives
+    3 s is sampled at start only (peak RSS in the file far below 300 MB); the wall time stays exact."""
+    import os
+    import shutil
+
+    (tmp_path / "Snakefile").write_text(
+        f'include: "{ROOT / "workflow" / "rules" / "benchmark.smk"}"\n\n'
+        "rule a:\n"
+        '    output: "out.txt"\n'
+        '    benchmark: "bench.tsv"\n'
+        "    shell: \"python -c 'import time; time.sleep(0.7); x = bytearray(300 << 20); time.sleep(2.5)'; touch {output}\"\n")
+    exe = Path(sys.executable).parent / "snakemake"
+    r = subprocess.run([str(exe) if exe.exists() else shutil.which("snakemake"), "--cores", "1", "-q"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    header, row = (tmp_path / "bench.tsv").read_text().splitlines()[:2]
+    record = dict(zip(header.split("\t"), row.split("\t")))
+    assert float(record["s"]) >= 3.0  # wall time: exact whatever the sampling
+    assert record["max_rss"] == "NA" or float(record["max_rss"]) < 200, record  # never sampled after the 300 MB
