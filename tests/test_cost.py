@@ -187,3 +187,35 @@ def test_snakemake_samples_a_benchmarked_job_only_at_its_start(tmp_path):
     record = dict(zip(header.split("\t"), row.split("\t")))
     assert float(record["s"]) >= 3.0  # wall time: exact whatever the sampling
     assert record["max_rss"] == "NA" or float(record["max_rss"]) < 200, record  # never sampled after the 300 MB
+
+
+def test_a_successful_command_skips_the_teardown_and_its_usage_line_is_the_whole_cost(tmp_path):
+    """After its usage line a command leaves without the interpreter's ~1 CPU-s teardown, so the
+    line is (nearly) all the job cost: the process's CPU as its parent sees it exceeds it by little."""
+    import resource
+
+    from timestep_lab.usage import USAGE_LINE
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run([sys.executable, "-m", "timestep_lab", "estimate", str(ROOT / "config" / "smoke.yaml"),
+                        "--gpu", "cpu", "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert r.returncode == 0, r.stderr[-2000:]
+    json.loads(r.stdout)  # stdout flushed whole before the fast exit
+    seen = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    reported = float(USAGE_LINE.search(r.stderr).group(1))
+    assert reported <= seen + 0.05
+    assert seen - reported < 0.4, (seen, reported)  # with the teardown: ~1 CPU-s more
+
+
+def test_the_fast_exit_waits_for_a_running_thread(tmp_path):
+    """exit_now falls back to a normal exit while another non-daemon thread still works."""
+    out = tmp_path / "written.txt"
+    code = ("import threading, time\n"
+            "from timestep_lab.usage import exit_now\n"
+            f"t = threading.Thread(target=lambda: (time.sleep(1.0), open({str(out)!r}, 'w').write('done')))\n"
+            "t.start()\n"
+            "exit_now(0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == "done"
