@@ -57,6 +57,10 @@ def tiny_cfg(digits_dir) -> RunConfig:
 
 from dataclasses import dataclass  # noqa: E402
 
+# `make test` runs two xdist workers: every test that uses slurm_cluster or smoke_study (directly or
+# not) runs in one of them, first (xdist group "study", tests/xdist_groups.py)
+from xdist_groups import once_per_run, pytest_collection_modifyitems  # noqa: E402,F401
+
 # Test-only options of the SLURM executor (the profile holds what every cluster needs):
 SLURM_TEST_ARGS = [
     # the README's cluster command: the cluster profile alone (profiles/default is for local
@@ -114,7 +118,7 @@ def slurm_args(cluster=None, groups: bool = True) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster():
+def slurm_cluster(tmp_path_factory):
     """A running single-node SLURM cluster (munged, slurmctld, slurmd on loopback) for the
     session; skips when not root or SLURM cannot be installed. ``cluster.env`` is what clients
     need (SLURM_CONF, PATH with wrappers)."""
@@ -126,6 +130,7 @@ def slurm_cluster():
     reason = ensure_installed()
     if reason:
         pytest.skip(reason)
+    once_per_run(tmp_path_factory, "slurm_cluster")  # two clusters on one host would collide
     root = Path(tempfile.mkdtemp(prefix="tlab-slurm-"))  # short: the munge socket path has a limit
     cluster = SlurmCluster.start(root)
     try:
@@ -186,6 +191,7 @@ def smoke_study(request, tmp_path_factory) -> SmokeStudy:
     """config/smoke.yaml run end to end in a fresh copy of the working tree: through
     `--profile cluster` on the test SLURM cluster when there is one, else with the default
     (local) profile. Never raises when snakemake fails: tests assert on ``returncode``."""
+    once_per_run(tmp_path_factory, "smoke_study")
     try:
         cluster = request.getfixturevalue("slurm_cluster")
     except pytest.skip.Exception:
