@@ -172,7 +172,7 @@ def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = 
         started = sum(c.jobs for c in costs.values() if c.rule not in local)
         spent = started * startup_cpu_s
         share = spent / whole.cpu_s if whole.cpu_s else math.nan
-        lines.append(f"start-up: {started} job processes x {startup_cpu_s:.2f} CPU-s (python + imports, measured) "
+        lines.append(f"start-up: {started} job processes x {startup_cpu_s:.2f} CPU-s (a process start, measured) "
                      f"= {spent:.0f} CPU-s, {share:.0%} of the study's CPU")
     return "\n".join(lines)
 
