@@ -9,9 +9,9 @@ waited-for children) and peak RSS (:mod:`timestep_lab.usage`). Per rule (the fol
     cpu_s(rule) = sum_jobs cpu      wall_s(rule) = sum_jobs s      max_rss(rule) = max_jobs max_rss
 
 where a job's ``cpu`` is its log's usage line when there is one (exact), else the benchmark's
-``cpu_time``. That one is sampled: Snakemake reads the job's processes every 0.5 s for its first
-15 s, then every 30 s, so it misses up to 30 CPU-s per job, and a job shorter than the first
-sample reads ``NA``. Jobs of ``local`` rules (``run:`` blocks inside Snakemake's own process)
+``cpu_time``. That one is sampled: the workflow has Snakemake read the job's processes at its
+start and every 30 s after (``workflow/rules/benchmark.smk``), so it misses up to 30 CPU-s per
+job, and a job shorter than 30 s is seen only at its start. Jobs of ``local`` rules (``run:`` blocks inside Snakemake's own process)
 have no CPU of their own to measure: the benchmark samples the whole Snakemake process, so they
 count 0 CPU-s here (their wall time still counts). A job that ran more than once
 (``--benchmark-repeats``) counts with the mean of its rows. Standard library only:
