@@ -192,17 +192,15 @@ def test_snakemake_samples_a_benchmarked_job_only_at_its_start(tmp_path):
 def test_a_successful_command_skips_the_teardown_and_its_usage_line_is_the_whole_cost(tmp_path):
     """After its usage line a command leaves without the interpreter's ~1 CPU-s teardown, so the
     line is (nearly) all the job cost: the process's CPU as its parent sees it exceeds it by little."""
-    import resource
-
     from timestep_lab.usage import USAGE_LINE
+    from worktree import children_cpu_s
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = children_cpu_s()
     r = subprocess.run([sys.executable, "-m", "timestep_lab", "estimate", str(ROOT / "config" / "smoke.yaml"),
                         "--gpu", "cpu", "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seen = children_cpu_s() - before
     assert r.returncode == 0, r.stderr[-2000:]
     json.loads(r.stdout)  # stdout flushed whole before the fast exit
-    seen = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     reported = float(USAGE_LINE.search(r.stderr).group(1))
     assert reported <= seen + 0.05
     assert seen - reported < 0.4, (seen, reported)  # with the teardown: ~1 CPU-s more

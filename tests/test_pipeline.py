@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from timestep_lab.io import load_torch
+from golden.record_smoke_metrics import fingerprint, metric_values
 from timestep_lab.reporting import network_references
-from worktree import ROOT, copy_worktree, run, study_env
+from worktree import ROOT, children_cpu_s, copy_worktree, run, study_env
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
@@ -99,11 +100,6 @@ def test_smoke_study_metrics_match_the_recorded_values(study):
     study as it ran before the throughput restructuring (one-job scoring, job groups, ...).
     Restructuring the workflow must not move a number; a change that alters the arithmetic on
     purpose rerecords the file (tests/golden/record_smoke_metrics.py) and says how far they moved."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
-    from record_smoke_metrics import fingerprint, metric_values
-
     golden = json.loads((Path(__file__).resolve().parent / "golden" / "smoke_metrics.json").read_text())
     if golden["fingerprint"] != fingerprint():
         pytest.skip(f"recorded on {golden['fingerprint']}, this machine is {fingerprint()}: float results differ")
@@ -117,14 +113,9 @@ def test_smoke_study_metrics_match_the_recorded_values(study):
 def test_second_run_does_nothing(study):
     """A no-op rerun decides in <= 3 s of CPU (1.4-1.9 s measured, benchmarks/RESULTS.md): CPU
     seconds, which another test on the other core does not inflate, unlike wall time."""
-    import resource
-
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
+    before, t0 = children_cpu_s(), time.perf_counter()
     r = run(["snakemake", "--configfile", "config/smoke.yaml"], study.root, study_env(), timeout=300)
-    seconds = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    seconds, cpu = time.perf_counter() - t0, children_cpu_s() - before
     assert r.returncode == 0, _tail(r.stdout)
     assert "Nothing to be done" in r.stdout, _tail(r.stdout)
     print(f"no-op rerun: {seconds:.1f} s, {cpu:.2f} CPU-s")

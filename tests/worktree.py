@@ -4,6 +4,7 @@ uncommitted work), and the environment its jobs run in."""
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -59,3 +60,10 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: f
     """Run ``cmd`` in ``cwd``, output captured as text (stdout and stderr together)."""
     return subprocess.run(cmd, cwd=cwd, env=env or study_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout, **kwargs)
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished, waited-for children so far: the
+    difference around a ``subprocess.run`` is that command's whole CPU, whatever else runs."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
