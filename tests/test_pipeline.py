@@ -7,6 +7,7 @@ the cluster profile on a real SLURM when one can be started, else with the defau
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -244,6 +245,12 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
     assert not stray, f"temporary files outside the killed run: {stray}"
     # the rest of the study went on (keep-going): the diverging run was trained and scored
     assert list(runs.glob("speed_*/metrics.json")), _tail(first_log)
+    # a local run forks its jobs from the warm-start server: the killed one is a client whose
+    # job the server ended (SIGTERM); the others ran warm
+    warm_log = (root / "logs" / "faults" / "warm_start.log").read_text()
+    assert f"signal {signal.SIGTERM} after" in warm_log and "exit 0 after" in warm_log, warm_log
+    assert "start=warm" in (root / "logs" / "faults" / "train").joinpath(
+        next(p.name for p in (root / "logs" / "faults" / "train").iterdir() if p.name.startswith("speed_"))).read_text()
 
     r = run(cmd, root, env, timeout=900)
     assert r.returncode == 0, _tail(r.stdout)

@@ -18,13 +18,14 @@ from timestep_lab.cli.common import COMMANDS, OUTPUT_OPTIONS, setup_torch
 from timestep_lab.config import ConfigError
 from timestep_lab.errors import NonFiniteLossError
 from timestep_lab.io import ArtifactError, check_writable
+from timestep_lab.usage import usage_line
 
 # Registration order is the order of the commands in --help (pipeline order), so keep it unsorted.
 # isort: off
 from timestep_lab.cli import data, train, generate, evaluate, analyses, report, estimate  # noqa: F401
 # isort: on
 
-__all__ = ["main", "COMMANDS", "build_parser"]
+__all__ = ["main", "run_command", "COMMANDS", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def run_command(argv: list[str] | None = None, *, warm: bool = False) -> int:
+    """:func:`main`, then the usage line on success (:mod:`timestep_lab.usage`; ``warm``: the
+    process is a worker forked from the warm-start server): what ``python -m timestep_lab`` runs."""
+    status = main(argv)
+    if status == 0:
+        print(usage_line(warm=warm), file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

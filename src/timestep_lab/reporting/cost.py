@@ -14,7 +14,10 @@ start and every 30 s after (``workflow/rules/benchmark.smk``), so it misses up t
 job, and a job shorter than 30 s is seen only at its start. Jobs of ``local`` rules (``run:`` blocks inside Snakemake's own process)
 have no CPU of their own to measure: the benchmark samples the whole Snakemake process, so they
 count 0 CPU-s here (their wall time still counts). A job that ran more than once
-(``--benchmark-repeats``) counts with the mean of its rows. Standard library only:
+(``--benchmark-repeats``) counts with the mean of its rows. On a local run with warm start
+(:mod:`timestep_lab.warmstart`) most jobs are forked from one server whose usage lines say
+``start=warm``; the server's own CPU (its imports, paid once) is the row
+:data:`SERVER_ROW`, read from ``<logs_dir>/warm_start.log``. Standard library only:
 ``benchmarks/study_cost.py`` and the study index both use it.
 """
 
@@ -25,12 +28,27 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 from timestep_lab.usage import USAGE_LINE
 
-__all__ = ["RuleCost", "total", "read_benchmark", "read_usage", "study_cost", "logs_dir_of", "local_rules", "format_cost",
+__all__ = ["RuleCost", "Usage", "SERVER_ROW", "total", "read_benchmark", "read_usage", "read_server_usage", "study_cost", "logs_dir_of", "local_rules", "format_cost",
            "estimate_vs_measured"]
+
+
+#: the row of the warm-start server(s) of a study (not a rule: no benchmark file)
+SERVER_ROW = "(warm-start server)"
+# the server's last log line (timestep_lab.warmstart.server.SERVER_USAGE; that module imports
+# more than this stdlib-only one may)
+_SERVER_USAGE = re.compile(r"^timestep_lab warm-start server usage: cpu_s=([0-9.]+)", re.M)
+
+
+class Usage(NamedTuple):
+    """A job log's usage: CPU-s, peak RSS MiB, and whether it ran forked from the warm-start server."""
+
+    cpu_s: float
+    max_rss_mb: float
+    warm: bool = False
 
 
 @dataclass
@@ -43,13 +61,15 @@ class RuleCost:
     wall_s: float = 0.0
     max_rss_mb: float = 0.0
     exact_jobs: int = 0  # jobs whose CPU came from their log's usage line
+    warm_jobs: int = 0  # of those, jobs forked from the warm-start server (no start-up of their own)
 
-    def add(self, row: Mapping[str, float], usage: tuple[float, float] | None = None, local: bool = False) -> None:
-        """One job: its benchmark ``row``, its log's ``usage`` ``(cpu_s, max_rss_mb)`` if any."""
+    def add(self, row: Mapping[str, float], usage: Usage | None = None, local: bool = False) -> None:
+        """One job: its benchmark ``row``, its log's ``usage`` if any."""
         self.jobs += 1
         self.wall_s += _finite(row.get("s"))
         if usage is not None:
             self.exact_jobs += 1
+            self.warm_jobs += bool(usage.warm)
             self.cpu_s += usage[0]
             self.max_rss_mb = max(self.max_rss_mb, usage[1])
         elif not local:
@@ -67,6 +87,7 @@ def total(costs: Mapping[str, RuleCost]) -> RuleCost:
     for c in costs.values():
         out.jobs += c.jobs
         out.exact_jobs += c.exact_jobs
+        out.warm_jobs += c.warm_jobs
         out.cpu_s += c.cpu_s
         out.wall_s += c.wall_s
         out.max_rss_mb = max(out.max_rss_mb, c.max_rss_mb)
@@ -101,15 +122,27 @@ def read_benchmark(path: str | Path) -> dict[str, float]:
     return out
 
 
-def read_usage(log: str | Path) -> tuple[float, float] | None:
-    """``(cpu_s, max_rss_mb)`` from the usage lines of a job's log (summed CPU and largest RSS over
-    the lines: a torchrun job has one per worker), or None when the log has none or is missing."""
+def read_usage(log: str | Path) -> Usage | None:
+    """The usage lines of a job's log (summed CPU and largest RSS over the lines: a torchrun job
+    has one per worker; warm when every line says so), or None when it has none or is missing."""
     try:
         text = Path(log).read_text(errors="replace")
     except OSError:
         return None
-    found = [(float(c), float(r)) for c, r in USAGE_LINE.findall(text)]
-    return (sum(c for c, _ in found), max(r for _, r in found)) if found else None
+    found = [(float(c), float(r), bool(w)) for c, r, w in USAGE_LINE.findall(text)]
+    if not found:
+        return None
+    return Usage(sum(f[0] for f in found), max(f[1] for f in found), all(f[2] for f in found))
+
+
+def read_server_usage(log: str | Path) -> RuleCost | None:
+    """The warm-start servers' own CPU from their log (one line per ``snakemake`` run that started
+    one), as a :data:`SERVER_ROW` row counting one "job" per server; None without such a log."""
+    try:
+        found = [float(c) for c in _SERVER_USAGE.findall(Path(log).read_text(errors="replace"))]
+    except OSError:
+        return None
+    return RuleCost(SERVER_ROW, jobs=len(found), cpu_s=sum(found), exact_jobs=len(found)) if found else None
 
 
 def study_cost(results_dir: str | Path, logs_dir: str | Path | None = None,
@@ -132,6 +165,9 @@ def study_cost(results_dir: str | Path, logs_dir: str | Path | None = None,
             cost.add(read_benchmark(tsv), usage, local=rule_dir.name in local)
         if cost.jobs:
             costs[cost.rule] = cost
+    server = read_server_usage(Path(logs_dir) / "warm_start.log") if logs_dir is not None else None
+    if server is not None:
+        costs[server.rule] = server
     return dict(sorted(costs.items(), key=lambda kv: -kv[1].cpu_s))
 
 
@@ -159,7 +195,8 @@ def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = 
     """A fixed-width table: rule, jobs, CPU-s, wall-s, max RSS, share of the study's CPU; then a total
     line. With ``startup_cpu_s`` (the CPU of starting one job's process: interpreter and imports,
     measured by the caller) a last line gives the share of the study's CPU spent starting processes:
-    ``startup_cpu_s x (jobs not in local)`` / total CPU."""
+    ``(startup_cpu_s x jobs started fresh + the warm-start server's CPU) / total CPU``, where jobs
+    started fresh are those not in ``local`` and not forked from the server."""
     whole = total(costs)
     lines = [f"{'rule':<24} {'jobs':>5} {'CPU-s':>9} {'wall-s':>9} {'max RSS MiB':>12} {'CPU share':>9}"]
     for c in (*costs.values(), whole):
@@ -169,11 +206,15 @@ def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = 
                  "Snakemake sampled them (lower bounds), jobs of local rules 0")
     if startup_cpu_s is not None:
         local = set(local)
-        started = sum(c.jobs for c in costs.values() if c.rule not in local)
-        spent = started * startup_cpu_s
+        jobs = [c for c in costs.values() if c.rule not in local and c.rule != SERVER_ROW]
+        started = sum(c.jobs - c.warm_jobs for c in jobs)
+        server = costs.get(SERVER_ROW)
+        spent = started * startup_cpu_s + (server.cpu_s if server else 0.0)
         share = spent / whole.cpu_s if whole.cpu_s else math.nan
-        lines.append(f"start-up: {started} job processes x {startup_cpu_s:.2f} CPU-s (a process start, measured) "
-                     f"= {spent:.0f} CPU-s, {share:.0%} of the study's CPU")
+        warm = (f" + the warm-start server's {server.cpu_s:.1f} CPU-s ({sum(c.warm_jobs for c in jobs)} jobs forked "
+                "from it)" if server else "")
+        lines.append(f"start-up: {started} job processes started fresh x {startup_cpu_s:.2f} CPU-s (a process start, "
+                     f"measured){warm} = {spent:.0f} CPU-s, {share:.0%} of the study's CPU")
     return "\n".join(lines)
 
 

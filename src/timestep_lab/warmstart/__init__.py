@@ -1,0 +1,34 @@
+"""Warm start: a local study's jobs fork from one process that has imported torch already.
+
+Every job of a study is a fresh ``python -m timestep_lab COMMAND``. On the CPU, before any work,
+such a process pays 2.0 CPU-s to import python, torch (the CUDA build PyPI's torchvision needs)
+and the CLI, and up to 3.5 with torchvision, torch-fidelity and clean-fid: a quarter to a third
+of a digits study's CPU (``benchmarks/RESULTS.md``, "Study cost"). On a local run (not on a
+cluster, where each job lands on some node) the workflow starts one server instead
+(:mod:`.server`): it imports all of that once, listens on a Unix socket, and the workflow puts
+the socket's path in the jobs' environment (:data:`SOCKET_ENV`). ``python -m timestep_lab``
+then hands its command line, working directory, environment and standard streams to the
+server (:mod:`.client`) before it imports anything heavy; the server forks a worker that
+becomes the job (:mod:`.worker`: the job's streams, cwd, environment, thread count) and runs
+the command exactly as a fresh process would; the client exits with the worker's status and
+forwards the signals it gets (Snakemake cancelling a job) to it.
+
+The worker's numbers are a fresh process's numbers: it starts from a process that imported
+modules and nothing else (no tensor op, no CUDA, no thread pool, no random draw), and
+``tests/test_warmstart.py`` checks outputs byte for byte against fresh processes. Where no
+server answers, ``python -m timestep_lab`` starts normally; nothing but speed depends on it.
+
+============  =================================================================  =========
+module        holds                                                              imports
+============  =================================================================  =========
+``protocol``  the request (argv, cwd, env, three file descriptors) and replies   stdlib
+``client``    ``forward``: send a command, relay signals, return its status      stdlib
+``worker``    what the forked child does to become the job                       stdlib
+``server``    the accept/fork/wait loop and ``python -m ...server``              stdlib
+============  =================================================================  =========
+"""
+
+#: the environment variable that gives jobs the server's socket (set by the workflow only)
+SOCKET_ENV = "TIMESTEP_LAB_WARM_SOCKET"
+
+__all__ = ["SOCKET_ENV"]

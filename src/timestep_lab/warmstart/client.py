@@ -1,0 +1,61 @@
+"""``forward``: run this process's command in the warm-start server's worker (package docstring).
+
+Stdlib only, and nothing of the package but :mod:`.protocol`: ``python -m timestep_lab`` calls it
+before it imports the CLI, so a forwarded job costs the client ~0.05 CPU-s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+
+from timestep_lab.warmstart import SOCKET_ENV
+from timestep_lab.warmstart.protocol import send_request
+
+__all__ = ["forward", "RELAYED_SIGNALS"]
+
+#: what the client passes on to the worker (Snakemake cancels a job with SIGTERM; Ctrl-C is SIGINT)
+RELAYED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def forward(socket_path: str, argv: list[str] | None = None) -> int | None:
+    """Have the server at ``socket_path`` run ``argv`` (default ``sys.argv``) here, as this process.
+
+    The worker gets this process's standard streams, working directory and environment (minus
+    the socket variable, so its own ``python -m timestep_lab`` children start fresh). Returns its
+    exit status (``128 + N`` when signal N ended it, as a shell reports it), or ``None`` when no
+    server answers at ``socket_path``: the caller then runs the command itself.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(socket_path)
+    except OSError:
+        sock.close()
+        return None
+    env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
+    send_request(sock, list(sys.argv if argv is None else argv), os.getcwd(), env)
+
+    def relay(signum, _frame):
+        try:
+            sock.sendall(f"kill {signum}\n".encode())
+        except OSError:
+            pass
+
+    previous = {sig: signal.signal(sig, relay) for sig in RELAYED_SIGNALS}
+    try:
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = sock.recv(64)
+            if not chunk:
+                print(f"error: the warm-start server at {socket_path} closed the connection before the job ended",
+                      file=sys.stderr)
+                return 1
+            reply += chunk
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+    kind, _, number = reply.decode().strip().partition(" ")
+    return int(number) if kind == "exit" else 128 + int(number)

@@ -1,0 +1,72 @@
+"""The bytes between :mod:`.client` and :mod:`.server` on one Unix stream connection.
+
+Client -> server, once: an 8-byte big-endian length sent with the client's file descriptors 0,
+1 and 2 (``SCM_RIGHTS``), then that many bytes of JSON ``{"argv": [...], "cwd": str, "env":
+{...}}``. Then any number of ``kill N`` lines (a signal the client got, for the worker).
+Server -> client, once, when the worker ends: ``exit N`` (its exit status) or ``signal N``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+from dataclasses import dataclass
+
+__all__ = ["send_request", "recv_request", "Request", "N_FDS"]
+
+N_FDS = 3  # stdin, stdout, stderr
+_HEADER = struct.Struct("!Q")
+MAX_REQUEST = 16 << 20  # bytes; an environment is a few KiB
+
+
+@dataclass(frozen=True)
+class Request:
+    """One job: the client's ``sys.argv``, working directory and environment."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+
+
+def send_request(sock: socket.socket, argv: list[str], cwd: str, env: dict[str, str]) -> None:
+    payload = json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()
+    socket.send_fds(sock, [_HEADER.pack(len(payload))], [0, 1, 2])
+    sock.sendall(payload)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(min(n - got, 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"client closed the connection after {got} of {n} bytes")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv_request(sock: socket.socket) -> tuple[Request, list[int]]:
+    """The request and the client's three descriptors (now ours, to close or ``dup2``)."""
+    head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, N_FDS)
+    try:
+        if len(fds) != N_FDS:
+            raise ConnectionError(f"expected {N_FDS} file descriptors, got {len(fds)}")
+        head += _recv_exactly(sock, _HEADER.size - len(head))
+        (size,) = _HEADER.unpack(head)
+        if size > MAX_REQUEST:
+            raise ConnectionError(f"request of {size} bytes")
+        body = json.loads(_recv_exactly(sock, size))
+        return Request(argv=list(body["argv"]), cwd=str(body["cwd"]), env=dict(body["env"])), fds
+    except BaseException:
+        for fd in fds:
+            _close(fd)
+        raise
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass

@@ -1,0 +1,234 @@
+"""The warm-start server: import once, then fork one worker per job (package docstring).
+
+``python -m timestep_lab.warmstart.server --socket PATH`` imports :data:`PRELOAD` and every
+``timestep_lab`` module, then listens on ``PATH`` (a job that starts before finds no socket
+and starts fresh) and serves until its standard input reaches end of file: the workflow
+holds the other end of that pipe, so the server ends with the ``snakemake`` that started it,
+however that ends. One thread, one loop over the listening socket, the clients' connections
+(signals to relay; end of file: client gone, worker terminated) and each worker's pidfd (exit:
+reaped, status sent). Reaping every worker puts their CPU time in the server's children and so
+in its parent's: ``time snakemake`` still counts every job. Its log gets one line per job and,
+at the end, its own CPU (:data:`SERVER_USAGE`), which ``benchmarks/study_cost.py`` adds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import re
+import resource
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from timestep_lab.warmstart.protocol import recv_request
+from timestep_lab.warmstart.worker import become_job, run_job
+
+__all__ = ["PRELOAD", "SERVER_USAGE", "Server", "preload", "main"]
+
+#: imported before the first fork: what the commands import lazily (scoring, plots' backends are not)
+PRELOAD = ("torch", "torchvision", "torch_fidelity", "cleanfid", "scipy.stats", "pandas")
+#: the server's own CPU at its end, in its log (group 1: CPU-s)
+SERVER_USAGE = re.compile(r"^timestep_lab warm-start server usage: cpu_s=([0-9.]+)", re.M)
+
+
+def preload(modules: tuple[str, ...] = PRELOAD, package: str = "timestep_lab") -> list[str]:
+    """Import ``modules`` and every module of ``package``; returns what could not be imported.
+
+    A module that needs an optional extra (diffusers) is skipped: its job imports it itself.
+    """
+    failed = []
+    names = list(modules)
+    root = importlib.import_module(package)
+    names += [m.name for m in pkgutil.walk_packages(root.__path__, package + ".")
+              if ".warmstart" not in m.name and not m.name.endswith(".__main__")]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any import error only means "not preloaded"
+            failed.append(f"{name} ({type(exc).__name__}: {exc})")
+    return failed
+
+
+def fork_hazards() -> list[str]:
+    """What would make a fork unsafe now: other threads, an initialised CUDA context."""
+    hazards = [f"thread {t.name}" for t in threading.enumerate() if t is not threading.main_thread()]
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        hazards.append("CUDA is initialised")
+    return hazards
+
+
+@dataclass
+class _Job:
+    conn: socket.socket
+    pidfd: int
+    argv: list[str]
+    started: float
+
+
+class Server:
+    """Accept requests on ``listener`` and run each as ``entry(argv[1:], warm=True)`` in a forked worker."""
+
+    def __init__(self, listener: socket.socket, entry: Callable[..., int], log=sys.stderr):
+        self.listener, self.entry, self.log = listener, entry, log
+        self.sel = selectors.DefaultSelector()
+        self.jobs: dict[int, _Job] = {}
+        self.cwd = os.getcwd()
+
+    def serve(self, parent_fd: int = 0) -> None:
+        """Serve until ``parent_fd`` reaches end of file; then terminate and reap what still runs."""
+        self.sel.register(self.listener, selectors.EVENT_READ, ("accept", None))
+        self.sel.register(parent_fd, selectors.EVENT_READ, ("parent", None))
+        while True:
+            for key, _ in self.sel.select():
+                kind, pid = key.data
+                if kind == "accept":
+                    self._start()
+                elif kind == "exited":
+                    self._reap(pid)
+                elif kind == "client":
+                    self._from_client(pid)
+                elif not os.read(parent_fd, 4096):  # parent gone
+                    self._stop_all()
+                    return
+
+    def _start(self) -> None:
+        conn, _ = self.listener.accept()
+        conn.settimeout(30)
+        try:
+            request, fds = recv_request(conn)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"bad request: {exc}", file=self.log, flush=True)
+            conn.close()
+            return
+        conn.settimeout(None)
+        self.log.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns into the server's loop
+            status = 1
+            try:
+                os.setpgid(0, 0)
+                self.sel.close()
+                self.listener.close()
+                for job in self.jobs.values():
+                    job.conn.close()
+                conn.close()
+                become_job(request, fds, self.cwd)
+                status = run_job(self.entry)
+            finally:
+                os._exit(status)
+        for fd in fds:
+            os.close(fd)
+        try:
+            os.setpgid(pid, pid)  # also here, so a kill right away reaches the group
+        except OSError:
+            pass
+        job = _Job(conn, os.pidfd_open(pid), request.argv, time.monotonic())
+        self.jobs[pid] = job
+        self.sel.register(job.pidfd, selectors.EVENT_READ, ("exited", pid))
+        self.sel.register(conn, selectors.EVENT_READ, ("client", pid))
+
+    def _from_client(self, pid: int) -> None:
+        job = self.jobs[pid]
+        try:
+            data = job.conn.recv(4096)
+        except OSError:
+            data = b""
+        if not data:  # the client is gone (killed): so is its job
+            self.sel.unregister(job.conn)
+            _killpg(pid, signal.SIGTERM)
+            return
+        for line in data.decode(errors="replace").splitlines():
+            kind, _, number = line.partition(" ")
+            if kind == "kill" and number.isdigit():
+                _killpg(pid, int(number))
+
+    def _reap(self, pid: int) -> None:
+        job = self.jobs.pop(pid)
+        _, status = os.waitpid(pid, 0)
+        self.sel.unregister(job.pidfd)
+        os.close(job.pidfd)
+        reply = f"exit {os.WEXITSTATUS(status)}" if os.WIFEXITED(status) else f"signal {os.WTERMSIG(status)}"
+        print(f"{reply} after {time.monotonic() - job.started:.1f} s: {' '.join(job.argv[1:])}", file=self.log, flush=True)
+        try:
+            self.sel.unregister(job.conn)
+        except KeyError:
+            pass
+        try:
+            job.conn.sendall(reply.encode() + b"\n")
+        except OSError:
+            pass
+        job.conn.close()
+
+    def _stop_all(self, grace_s: float = 10.0) -> None:
+        for pid in self.jobs:
+            _killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while self.jobs and time.monotonic() < deadline:
+            for key, _ in self.sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                if key.data[0] == "exited":
+                    self._reap(key.data[1])
+        for pid in list(self.jobs):
+            _killpg(pid, signal.SIGKILL)
+            self._reap(pid)
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _entry(spec: str) -> Callable[..., int]:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m timestep_lab.warmstart.server",
+                                description="Fork timestep_lab jobs from one warm process (docs/design.md, 'Warm start').")
+    p.add_argument("--socket", required=True, help="Unix socket path to listen on (removed at the end)")
+    p.add_argument("--entry", required=True,
+                   help="MODULE:FUNCTION called as FUNCTION(argv[1:], warm=True) in each worker; returns the exit status "
+                        "(the workflow gives timestep_lab.cli:run_command)")
+    p.add_argument("--no-preload", action="store_true", help="import nothing ahead (tests)")
+    args = p.parse_args(argv)
+    t0 = time.monotonic()
+    entry = _entry(args.entry)
+    for name in [] if args.no_preload else preload():
+        print(f"not preloaded: {name}", file=sys.stderr)
+    hazards = fork_hazards()
+    if hazards:  # listen to nobody: every job finds no socket and starts fresh
+        print(f"error: not forking with {', '.join(hazards)}", file=sys.stderr)
+        return 1
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(args.socket)
+    except OSError as exc:
+        print(f"error: cannot listen on {args.socket}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        listener.listen(128)
+        print(f"ready in {time.monotonic() - t0:.1f} s, pid {os.getpid()}", file=sys.stderr, flush=True)
+        Server(listener, entry).serve()
+    finally:
+        listener.close()
+        try:
+            os.unlink(args.socket)
+        except OSError:
+            pass
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        print(f"timestep_lab warm-start server usage: cpu_s={me.ru_utime + me.ru_stime:.3f}", file=sys.stderr, flush=True)
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""What a forked worker does to become the job it was sent (package docstring).
+
+Everything a fresh ``python -m timestep_lab`` would take from its start is taken from the
+request instead of from the server: standard streams (the client's descriptors), working
+directory, environment, ``sys.argv``, ``sys.path[0]``, signal dispositions, its own process
+group, the CPU thread count that torch would have read from ``OMP_NUM_THREADS`` at import
+(Snakemake sets it to the job's ``threads``), and fresh seeds from the OS for the global random
+generators of python, numpy and torch, which a fresh process seeds from the OS at import: else
+every job would draw the server's numbers. (The project's own randomness uses explicit,
+seeded generators and never these.) CPU and memory counters start at zero in a forked
+child (``getrusage``), so the job's usage line is its own.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Callable
+
+from timestep_lab.warmstart.protocol import N_FDS, Request
+
+__all__ = ["become_job", "run_job"]
+
+# Python's own start-up dispositions: SIGINT raises KeyboardInterrupt, SIGPIPE is ignored
+# (Python does that at start), the rest default.
+_DISPOSITIONS = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN}
+_RESET = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def become_job(request: Request, fds: list[int], server_cwd: str) -> None:
+    """Turn this freshly forked process into the job ``request`` describes (module docstring)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    for target, fd in zip(range(N_FDS), fds):
+        os.dup2(fd, target)  # sys.stdin/stdout/stderr keep their objects, now on the job's files
+        os.close(fd)
+    for sig in _RESET:
+        signal.signal(sig, signal.SIG_DFL)
+    for sig, handler in _DISPOSITIONS.items():
+        signal.signal(sig, handler)
+    os.chdir(request.cwd)
+    os.environ.clear()
+    os.environ.update(request.env)
+    tempfile.tempdir = None  # re-read TMPDIR (Snakemake sets it per job)
+    sys.argv = list(request.argv)
+    if sys.path and sys.path[0] == server_cwd:  # `python -m` puts the working directory first
+        sys.path[0] = request.cwd
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
+        threads = request.env.get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:
+            torch.set_num_threads(int(threads))
+
+
+def run_job(entry: Callable[..., int]) -> int:
+    """``entry(sys.argv[1:], warm=True)`` as ``python -m timestep_lab`` runs it; its exit status.
+
+    Exceptions become what the interpreter would make of them: ``SystemExit`` its code, anything
+    else a traceback and 1. Non-daemon threads are joined, as the interpreter does at exit.
+    """
+    try:
+        status = entry(sys.argv[1:], warm=True)
+        status = 0 if status is None else int(status)
+    except SystemExit as exc:
+        code = exc.code
+        status = code if isinstance(code, int) else (0 if code is None else 1)
+        if not isinstance(code, (int, type(None))):
+            print(code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - the job's failure, reported as the interpreter would
+        traceback.print_exc()
+        status = 1
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    return status

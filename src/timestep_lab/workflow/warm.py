@@ -1,0 +1,66 @@
+"""The workflow's side of warm start (:mod:`timestep_lab.warmstart`): one server per local run.
+
+Stdlib only: the Snakefile imports it when it builds the DAG. ``workflow/rules/warmstart.smk``
+starts the server when the jobs begin (``onstart``) and stops it when they end (``onsuccess`` /
+``onerror``); the server also ends by itself when the ``snakemake`` process does, however it
+ends (its standard input is a pipe from that process). Jobs started before the server is ready
+(its imports take ~5 CPU-s) find no socket and start fresh, as they do with warm start off.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from timestep_lab.warmstart import SOCKET_ENV
+
+__all__ = ["WarmStart", "supported", "ENTRY"]
+
+#: what each worker runs: ``python -m timestep_lab``'s command line, usage line included
+ENTRY = "timestep_lab.cli:run_command"
+
+
+def supported() -> bool:
+    """Warm start needs ``fork`` and ``pidfd_open`` (Linux 5.3+)."""
+    return hasattr(os, "fork") and hasattr(os, "pidfd_open")
+
+
+class WarmStart:
+    """The server of one ``snakemake`` run, logging to ``log``; a no-op unless ``enabled``."""
+
+    def __init__(self, log: str | Path, enabled: bool = True):
+        self.log, self.enabled = Path(log), enabled and supported()
+        self.proc: subprocess.Popen | None = None
+        self.dir: str | None = None
+
+    def start(self) -> None:
+        """Start the server and give its socket to every job started from now on (:data:`SOCKET_ENV`)."""
+        if not self.enabled or self.proc is not None:
+            return
+        self.dir = tempfile.mkdtemp(prefix="tlab-warm-")  # short: a socket path has at most 107 bytes
+        path = os.path.join(self.dir, "socket")
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a") as log:
+            # its own session: a Ctrl-C reaches the jobs (through their clients), not the server
+            self.proc = subprocess.Popen([sys.executable, "-m", "timestep_lab.warmstart.server", "--socket", path,
+                                          "--entry", ENTRY],
+                                         stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
+        os.environ[SOCKET_ENV] = path
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """End the server (its running jobs get SIGTERM) and reap it, so its CPU counts as ours."""
+        os.environ.pop(SOCKET_ENV, None)
+        if self.proc is None:
+            return
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,181 @@
+"""Warm start (timestep_lab.warmstart): a job forked from the server is the job a fresh process
+would be (same streams, cwd, environment, threads, random draws, exit status, output bytes), a
+signal to the client reaches the job, and nothing outlives the server or the client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_config
+from timestep_lab.config import dump_config
+from timestep_lab.warmstart import SOCKET_ENV
+from timestep_lab.workflow.warm import ENTRY, WarmStart, supported
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.skipif(not supported(), reason="warm start needs fork and pidfd_open (Linux)")
+
+
+def _env(**extra) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (SOCKET_ENV, "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+class _Server:
+    def __init__(self, tmp: Path, *args: str):
+        self.socket, self.log = str(tmp / "s"), tmp / "server.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "timestep_lab.warmstart.server", "--socket", self.socket,
+                                          *args], stdin=subprocess.PIPE, stdout=log, stderr=log, env=_env(),
+                                         start_new_session=True)
+        deadline = time.time() + 120
+        while not os.path.exists(self.socket):
+            assert self.proc.poll() is None and time.time() < deadline, self.log.read_text()
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def probe_server(tmp_path_factory):
+    """A server whose jobs run tests/warm_probe.py, with the real preload (torch and every module)."""
+    server = _Server(tmp_path_factory.mktemp("warm"), "--entry", "warm_probe:main")
+    yield server
+    server.stop()
+
+
+def _run(args, sock=None, **kw):
+    env = _env(**({SOCKET_ENV: sock} if sock else {}), **kw.pop("env", {}))
+    return subprocess.run([sys.executable, "-m", *args], env=env, capture_output=True, text=True, timeout=120, **kw)
+
+
+@pytest.mark.parametrize("threads", [None, "1", "2"])
+def test_a_forked_job_sees_what_a_fresh_process_sees(probe_server, tmp_path, threads):
+    extra = {"PROBE": "x y", "TMPDIR": str(tmp_path)} | ({"OMP_NUM_THREADS": threads} if threads else {})
+    fresh = _run(["warm_probe", "report", "a b", "--c"], cwd=tmp_path, input="in put", env=extra)
+    warm = _run(["timestep_lab", "report", "a b", "--c"], probe_server.socket, cwd=tmp_path, input="in put", env=extra)
+    assert fresh.returncode == warm.returncode == 0, (fresh.stderr, warm.stderr)
+    seen, expected = json.loads(warm.stdout), json.loads(fresh.stdout)
+    # torch's default generator is seeded from the OS in a fresh process: so in each forked job
+    again = _run(["timestep_lab", "report", "a b", "--c"], probe_server.socket, cwd=tmp_path, input="", env=extra)
+    assert seen.pop("draws") != json.loads(again.stdout)["draws"] != expected.pop("draws")
+    assert seen == expected
+    assert json.loads(warm.stdout)["threads"] == (int(threads) if threads else json.loads(fresh.stdout)["threads"])
+    assert warm.stderr == fresh.stderr == "to stderr\n"
+    assert f"exit 0 after" in probe_server.log.read_text()  # it really ran in the server
+
+
+def test_exit_status_and_failures_come_back_as_from_a_fresh_process(probe_server):
+    for args in (["exit", "3"], ["raise"], ["nonsense"]):
+        fresh = _run(["warm_probe", *args])
+        warm = _run(["timestep_lab", *args], probe_server.socket)
+        assert warm.returncode == fresh.returncode != 0, args
+        assert warm.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:], args  # the error or the exception
+
+
+def _pid_from(path: Path, proc: subprocess.Popen) -> int:
+    deadline = time.time() + 60
+    while not path.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+def _gone(pid: int, within_s: float = 15) -> bool:
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_signal_to_the_client_reaches_the_job(probe_server, tmp_path):
+    """Snakemake cancels a job with SIGTERM to its shell's processes: the forked job must end."""
+    client = subprocess.Popen([sys.executable, "-m", "timestep_lab", "sleep", str(tmp_path / "pid")],
+                              env=_env(**{SOCKET_ENV: probe_server.socket}))
+    job = _pid_from(tmp_path / "pid", client)
+    assert job != client.pid
+    client.send_signal(signal.SIGTERM)
+    assert client.wait(timeout=30) == 128 + signal.SIGTERM  # as a shell reports a job killed by it
+    assert _gone(job)
+
+
+def test_a_killed_client_takes_its_job_with_it(probe_server, tmp_path):
+    client = subprocess.Popen([sys.executable, "-m", "timestep_lab", "sleep", str(tmp_path / "pid")],
+                              env=_env(**{SOCKET_ENV: probe_server.socket}))
+    job = _pid_from(tmp_path / "pid", client)
+    client.kill()
+    client.wait()
+    assert _gone(job), "the job outlived its SIGKILLed client"
+
+
+def test_the_server_ends_with_its_parent_and_takes_running_jobs(tmp_path):
+    server = _Server(tmp_path, "--entry", "warm_probe:main", "--no-preload")
+    client = subprocess.Popen([sys.executable, "-m", "timestep_lab", "sleep", str(tmp_path / "pid")],
+                              env=_env(**{SOCKET_ENV: server.socket}))
+    job = _pid_from(tmp_path / "pid", client)
+    assert server.stop() == 0  # stdin closed: what happens when the snakemake holding it ends
+    assert _gone(job) and client.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not os.path.exists(server.socket)
+    assert "timestep_lab warm-start server usage: cpu_s=" in server.log.read_text()
+
+
+def test_without_a_server_the_command_starts_itself(tmp_path):
+    r = _run(["timestep_lab", "prepare", "nonsense", "--split", "test", "--out", str(tmp_path / "d")],
+             str(tmp_path / "no-such-socket"))
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
+
+
+def test_the_cli_trains_the_same_bytes_warm_and_fresh(digits_dir, tmp_path):
+    """The real server (CLI entry, full preload) against a fresh process: a short training run
+    writes the same model file byte for byte, and its usage line says it started warm."""
+    cfg = tiny_config(digits_dir, train={"total_kimg": 1.6, "checkpoint_every_kimg": 0.8, "log_every_kimg": 0.4})
+    dump_config(cfg, tmp_path / "run.yaml")
+    server = _Server(tmp_path, "--entry", ENTRY)
+    try:
+        runs = {}
+        for name, sock in (("fresh", None), ("warm", server.socket)):
+            args = ["timestep_lab", "train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / name),
+                    "--no-progress", "--threads", "1"]
+            runs[name] = _run(args, sock, env={"OMP_NUM_THREADS": "1"})
+            assert runs[name].returncode == 0, runs[name].stderr
+    finally:
+        assert server.stop() == 0
+    assert runs["warm"].stderr.rstrip().endswith("start=warm") and not runs["fresh"].stderr.rstrip().endswith("warm")
+    assert (tmp_path / "warm" / "model.pt").read_bytes() == (tmp_path / "fresh" / "model.pt").read_bytes()
+    log = lambda name: [{k: v for k, v in json.loads(line).items() if "time" not in k and not k.startswith("sec")}
+                        for line in (tmp_path / name / "train_log.jsonl").read_text().splitlines()]
+    assert log("warm") == log("fresh")
+
+
+def test_the_workflow_starts_no_server_when_told_not_to_or_on_a_cluster(tmp_path):
+    off = WarmStart(tmp_path / "w.log", enabled=False)
+    off.start()
+    assert off.proc is None and SOCKET_ENV not in os.environ
+    off.stop()
+    on = WarmStart(tmp_path / "w.log")
+    on.start()
+    try:
+        assert on.proc is not None and os.environ[SOCKET_ENV].endswith("socket")
+    finally:
+        on.stop()
+    assert SOCKET_ENV not in os.environ and on.proc is None
+    assert "warm-start server usage" in (tmp_path / "w.log").read_text()
+    smk = (ROOT / "workflow" / "rules" / "warmstart.smk").read_text()
+    assert "workflow.local_exec" in smk and "workflow.is_main_process" in smk and "TIMESTEP_LAB_WARM_START" in smk

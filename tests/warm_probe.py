@@ -1,0 +1,49 @@
+"""What a job sees of its process, for tests/test_warmstart.py: run fresh (``python
+tests/warm_probe.py MODE ...``) or as the warm-start server's entry (``--entry warm_probe:main``).
+
+Modes: ``report`` prints one JSON object (argv, cwd, environment, temp dir, torch's thread count,
+the default generator's next draws, stdin, signal dispositions); ``exit N`` returns N; ``raise``
+raises; ``sleep PIDFILE`` writes its pid and sleeps until a signal ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+
+def main(argv: list[str], warm: bool = False) -> int:
+    mode = argv[0]
+    if mode == "report":
+        import torch
+
+        print(json.dumps({
+            "argv": sys.argv[1:], "cwd": os.getcwd(), "probe": os.environ.get("PROBE"),
+            "socket_env": "TIMESTEP_LAB_WARM_SOCKET" in os.environ, "tmp": tempfile.gettempdir(),
+            "threads": torch.get_num_threads(), "draws": torch.rand(4).tolist(), "stdin": sys.stdin.read(),
+            "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+            "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+            "sigpipe": signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN,
+            "path0": sys.path[0] == os.getcwd(),
+        }, sort_keys=True))
+        print("to stderr", file=sys.stderr)
+        return 0
+    if mode == "exit":
+        return int(argv[1])
+    if mode == "raise":
+        raise RuntimeError("probe failure")
+    if mode == "sleep":
+        with open(argv[1] + ".tmp", "w") as fh:
+            fh.write(str(os.getpid()))
+        os.replace(argv[1] + ".tmp", argv[1])
+        time.sleep(600)
+        return 0
+    raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
