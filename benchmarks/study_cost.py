@@ -7,9 +7,11 @@ Reads the Snakemake benchmark file every rule writes (results/<study>/benchmarks
 timestep_lab.reporting.cost). The start-up share is measured here, in this run: the CPU time of
 starting one job process the way every job starts (the interpreter, torch and the CLI, then the
 fast exit a successful command takes, timestep_lab.usage.exit_now), the minimum over a few starts,
-times the number of jobs that started a process (rules not declared `localrules:`). It is the
-least a job pays: sampling and scoring jobs also import torchvision, torch-fidelity and clean-fid
-(about 1.6 CPU-s more; --startup-imports measures that instead).
+times the number of jobs that started a process of their own (rules not declared `localrules:`,
+and not forked from the warm-start server: their usage lines say start=warm), plus the warm-start
+server's own CPU (logs/<study>/warm_start.log; the table's "(warm-start server)" row). It is the
+least a fresh job pays: sampling and scoring jobs also import torchvision, torch-fidelity and
+clean-fid (about 1.6 CPU-s more; --startup-imports measures that instead).
 """
 
 from __future__ import annotations

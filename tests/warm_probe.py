@@ -19,12 +19,16 @@ import time
 def main(argv: list[str], warm: bool = False) -> int:
     mode = argv[0]
     if mode == "report":
+        import numpy  # noqa: F401 - loads its OpenBLAS, whose pool the job must size
+        import scipy.linalg  # noqa: F401
         import torch
+        from threadpoolctl import threadpool_info
 
         print(json.dumps({
             "argv": sys.argv[1:], "cwd": os.getcwd(), "probe": os.environ.get("PROBE"),
             "socket_env": "TIMESTEP_LAB_WARM_SOCKET" in os.environ, "tmp": tempfile.gettempdir(),
-            "threads": torch.get_num_threads(), "draws": torch.rand(4).tolist(), "stdin": sys.stdin.read(),
+            "threads": torch.get_num_threads(),
+            "pools": sorted((i["internal_api"], i["prefix"], i["num_threads"]) for i in threadpool_info()), "draws": torch.rand(4).tolist(), "stdin": sys.stdin.read(),
             "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
             "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
             "sigpipe": signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN,

@@ -35,7 +35,11 @@ def forward(socket_path: str, argv: list[str] | None = None) -> int | None:
         sock.close()
         return None
     env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
-    send_request(sock, list(sys.argv if argv is None else argv), os.getcwd(), env)
+    try:
+        send_request(sock, list(sys.argv if argv is None else argv), os.getcwd(), env)
+    except OSError:  # e.g. a closed stdin cannot be passed: nothing was started, so start here
+        sock.close()
+        return None
 
     def relay(signum, _frame):
         try:

@@ -34,7 +34,7 @@ from timestep_lab.warmstart.worker import become_job, run_job
 __all__ = ["PRELOAD", "SERVER_USAGE", "Server", "preload", "main"]
 
 #: imported before the first fork: what the commands import lazily (scoring, plots' backends are not)
-PRELOAD = ("torch", "torchvision", "torch_fidelity", "cleanfid", "scipy.stats", "pandas")
+PRELOAD = ("torch", "torchvision", "torch_fidelity", "cleanfid", "scipy.linalg", "scipy.stats", "pandas", "threadpoolctl")
 #: the server's own CPU at its end, in its log (group 1: CPU-s)
 SERVER_USAGE = re.compile(r"^timestep_lab warm-start server usage: cpu_s=([0-9.]+)", re.M)
 
@@ -118,8 +118,9 @@ class Server:
                 os.setpgid(0, 0)
                 self.sel.close()
                 self.listener.close()
-                for job in self.jobs.values():
+                for job in self.jobs.values():  # the other jobs' ends are not this job's
                     job.conn.close()
+                    os.close(job.pidfd)
                 conn.close()
                 become_job(request, fds, self.cwd)
                 status = run_job(self.entry)
