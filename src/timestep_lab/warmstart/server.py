@@ -33,8 +33,11 @@ from timestep_lab.warmstart.worker import become_job, run_job
 
 __all__ = ["PRELOAD", "SERVER_USAGE", "Server", "preload", "main"]
 
-#: imported before the first fork: what the commands import lazily (scoring, plots' backends are not)
-PRELOAD = ("torch", "torchvision", "torch_fidelity", "cleanfid", "scipy.linalg", "scipy.stats", "pandas", "threadpoolctl")
+#: imported before the first fork, besides every timestep_lab module: what the commands import
+#: inside functions (measured: an adaptive-sampler training job imported sklearn, 1.2 CPU-s; a
+#: scoring job clean-fid's fid module and requests)
+PRELOAD = ("torch", "torchvision", "torch_fidelity", "cleanfid", "cleanfid.fid", "requests", "scipy.linalg",
+           "scipy.stats", "pandas", "threadpoolctl", "sklearn.datasets", "sklearn.feature_selection")
 #: the server's own CPU at its end, in its log (group 1: CPU-s)
 SERVER_USAGE = re.compile(r"^timestep_lab warm-start server usage: cpu_s=([0-9.]+)", re.M)
 
