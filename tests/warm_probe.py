@@ -28,7 +28,8 @@ def main(argv: list[str], warm: bool = False) -> int:
             "argv": sys.argv[1:], "cwd": os.getcwd(), "probe": os.environ.get("PROBE"),
             "socket_env": "TIMESTEP_LAB_WARM_SOCKET" in os.environ, "tmp": tempfile.gettempdir(),
             "threads": torch.get_num_threads(),
-            "pools": sorted((i["internal_api"], i["prefix"], i["num_threads"]) for i in threadpool_info()), "draws": torch.rand(4).tolist(), "stdin": sys.stdin.read(),
+            # each loaded pool's size (the server may have loaded more copies: sklearn's own libgomp)
+            "pools": sorted({(i["internal_api"], i["num_threads"]) for i in threadpool_info()}), "draws": torch.rand(4).tolist(), "stdin": sys.stdin.read(),
             "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
             "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
             "sigpipe": signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN,
