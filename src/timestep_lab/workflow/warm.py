@@ -4,7 +4,7 @@ Stdlib only: the Snakefile imports it when it builds the DAG. ``workflow/rules/w
 starts the server when the jobs begin (``onstart``) and stops it when they end (``onsuccess`` /
 ``onerror``); the server also ends by itself when the ``snakemake`` process does, however it
 ends (its standard input is a pipe from that process). Jobs started before the server is ready
-(its imports take ~5 CPU-s) find no socket and start fresh, as they do with warm start off.
+(its imports take 6-7 CPU-s) find no socket and start fresh, as they do with warm start off.
 """
 
 from __future__ import annotations
