@@ -179,3 +179,15 @@ def test_the_workflow_starts_no_server_when_told_not_to_or_on_a_cluster(tmp_path
     assert "warm-start server usage" in (tmp_path / "w.log").read_text()
     smk = (ROOT / "workflow" / "rules" / "warmstart.smk").read_text()
     assert "workflow.local_exec" in smk and "workflow.is_main_process" in smk and "TIMESTEP_LAB_WARM_START" in smk
+
+
+def test_a_job_that_cannot_become_the_request_fails_with_its_reason(probe_server, tmp_path):
+    """A request naming a working directory that does not exist (gone between the job's start and
+    the fork): exit 1 with the reason on the job's stderr, and the server goes on serving."""
+    code = ("import socket, sys; from timestep_lab.warmstart.protocol import send_request; "
+            "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+            "send_request(s, ['x', 'exit', '0'], sys.argv[2], {}); print(s.recv(64).decode().strip())")
+    r = subprocess.run([sys.executable, "-c", code, probe_server.socket, str(tmp_path / "gone")], env=_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "exit 1" and "FileNotFoundError" in r.stderr, (r.stdout, r.stderr)
+    assert _run(["timestep_lab", "exit", "0"], probe_server.socket).returncode == 0

@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -127,6 +128,8 @@ class Server:
                 conn.close()
                 become_job(request, fds, self.cwd)
                 status = run_job(self.entry)
+            except BaseException:  # noqa: BLE001 - e.g. the job's cwd is gone: say so, exit 1
+                traceback.print_exc()
             finally:
                 os._exit(status)
         for fd in fds:
