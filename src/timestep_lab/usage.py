@@ -22,7 +22,7 @@ import resource
 import sys
 import threading
 
-__all__ = ["USAGE_LINE", "usage_line", "exit_now"]
+__all__ = ["USAGE_LINE", "SERVER_USAGE_LINE", "usage_line", "server_usage_line", "flush_output", "exit_now"]
 
 #: the regular expression that reads the line back (group 1: cpu_s, group 2: max_rss_mb)
 USAGE_LINE = re.compile(r"^timestep_lab usage: cpu_s=([0-9.]+) max_rss_mb=([0-9.]+)( start=warm)?$", re.M)
@@ -34,6 +34,26 @@ def usage_line(warm: bool = False) -> str:
     cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
     kib = max(me.ru_maxrss, kids.ru_maxrss) * (1 if sys.platform != "darwin" else 1 / 1024)  # Linux: KiB
     return f"timestep_lab usage: cpu_s={cpu:.3f} max_rss_mb={kib / 1024:.1f}" + (" start=warm" if warm else "")
+
+
+#: the warm-start server's own CPU, the last line of its log (group 1: cpu_s)
+SERVER_USAGE_LINE = re.compile(r"^timestep_lab warm-start server usage: cpu_s=([0-9.]+)$", re.M)
+
+
+def server_usage_line() -> str:
+    """The warm-start server's own CPU (its imports; not its workers', which have their own lines)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return f"timestep_lab warm-start server usage: cpu_s={me.ru_utime + me.ru_stime:.3f}"
+
+
+def flush_output() -> None:
+    """Flush the logging handlers and the standard streams, before an ``os._exit``."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def exit_now(status: int) -> None:
@@ -56,10 +76,5 @@ def exit_now(status: int) -> None:
         busy = bool(multiprocessing.active_children())
     if busy:
         sys.exit(status)
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    flush_output()
     os._exit(status)

@@ -11,8 +11,8 @@ waited-for children) and peak RSS (:mod:`timestep_lab.usage`). Per rule (the fol
 where a job's ``cpu`` is its log's usage line when there is one (exact), else the benchmark's
 ``cpu_time``. That one is sampled: the workflow has Snakemake read the job's processes at its
 start and every 30 s after (``workflow/rules/benchmark.smk``), so it misses up to 30 CPU-s per
-job, and a job shorter than 30 s is seen only at its start. Jobs of ``local`` rules (``run:`` blocks inside Snakemake's own process)
-have no CPU of their own to measure: the benchmark samples the whole Snakemake process, so they
+job, and a job shorter than 30 s is seen only at its start. Jobs of ``local`` rules (``run:``
+blocks inside Snakemake's own process) have no CPU of their own to measure: the benchmark samples the whole Snakemake process, so they
 count 0 CPU-s here (their wall time still counts). A job that ran more than once
 (``--benchmark-repeats``) counts with the mean of its rows. On a local run with warm start
 (:mod:`timestep_lab.warmstart`) most jobs are forked from one server whose usage lines say
@@ -30,17 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple
 
-from timestep_lab.usage import USAGE_LINE
+from timestep_lab.usage import SERVER_USAGE_LINE, USAGE_LINE
 
-__all__ = ["RuleCost", "Usage", "SERVER_ROW", "total", "read_benchmark", "read_usage", "read_server_usage", "study_cost", "logs_dir_of", "local_rules", "format_cost",
-           "estimate_vs_measured"]
+__all__ = ["RuleCost", "Usage", "SERVER_ROW", "total", "read_benchmark", "read_usage", "read_server_usage", "study_cost",
+           "logs_dir_of", "local_rules", "format_cost", "estimate_vs_measured"]
 
 
 #: the row of the warm-start server(s) of a study (not a rule: no benchmark file)
 SERVER_ROW = "(warm-start server)"
-# the server's last log line (timestep_lab.warmstart.server.SERVER_USAGE; that module imports
-# more than this stdlib-only one may)
-_SERVER_USAGE = re.compile(r"^timestep_lab warm-start server usage: cpu_s=([0-9.]+)", re.M)
 
 
 class Usage(NamedTuple):
@@ -70,8 +67,8 @@ class RuleCost:
         if usage is not None:
             self.exact_jobs += 1
             self.warm_jobs += bool(usage.warm)
-            self.cpu_s += usage[0]
-            self.max_rss_mb = max(self.max_rss_mb, usage[1])
+            self.cpu_s += usage.cpu_s
+            self.max_rss_mb = max(self.max_rss_mb, usage.max_rss_mb)
         elif not local:
             self.cpu_s += _finite(row.get("cpu_time"))
             self.max_rss_mb = max(self.max_rss_mb, _finite(row.get("max_rss")))
@@ -139,7 +136,7 @@ def read_server_usage(log: str | Path) -> RuleCost | None:
     """The warm-start servers' own CPU from their log (one line per ``snakemake`` run that started
     one), as a :data:`SERVER_ROW` row counting one "job" per server; None without such a log."""
     try:
-        found = [float(c) for c in _SERVER_USAGE.findall(Path(log).read_text(errors="replace"))]
+        found = [float(c) for c in SERVER_USAGE_LINE.findall(Path(log).read_text(errors="replace"))]
     except OSError:
         return None
     return RuleCost(SERVER_ROW, jobs=len(found), cpu_s=sum(found), exact_jobs=len(found)) if found else None

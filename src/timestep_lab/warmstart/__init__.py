@@ -18,14 +18,14 @@ modules and nothing else (no tensor op, no CUDA, no thread pool, no random draw)
 ``tests/test_warmstart.py`` checks outputs byte for byte against fresh processes. Where no
 server answers, ``python -m timestep_lab`` starts normally; nothing but speed depends on it.
 
-============  =================================================================  =========
+============  =================================================================  =============
 module        holds                                                              imports
-============  =================================================================  =========
+============  =================================================================  =============
 ``protocol``  the request (argv, cwd, env, three file descriptors) and replies   stdlib
 ``client``    ``forward``: send a command, relay signals, return its status      stdlib
-``worker``    what the forked child does to become the job                       stdlib
-``server``    the accept/fork/wait loop and ``python -m ...server``              stdlib
-============  =================================================================  =========
+``worker``    what the forked child does to become the job                       threadpoolctl
+``server``    the accept/fork/wait loop and ``python -m ...server``              ``worker``
+============  =================================================================  =============
 """
 
 #: the environment variable that gives jobs the server's socket (set by the workflow only)

@@ -1,6 +1,6 @@
 """``forward``: run this process's command in the warm-start server's worker (package docstring).
 
-Stdlib only, and nothing of the package but :mod:`.protocol`: ``python -m timestep_lab`` calls it
+Stdlib only, and nothing of the package but its ``__init__`` and :mod:`.protocol`: ``python -m timestep_lab`` calls it
 before it imports the CLI, so a forwarded job costs the client ~0.05 CPU-s.
 """
 

@@ -8,7 +8,8 @@ however that ends. One thread, one loop over the listening socket, the clients' 
 (signals to relay; end of file: client gone, worker terminated) and each worker's pidfd (exit:
 reaped, status sent). Reaping every worker puts their CPU time in the server's children and so
 in its parent's: ``time snakemake`` still counts every job. Its log gets one line per job and,
-at the end, its own CPU (:data:`SERVER_USAGE`), which ``benchmarks/study_cost.py`` adds.
+at the end, its own CPU (:func:`timestep_lab.usage.server_usage_line`), which
+``benchmarks/study_cost.py`` adds.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import argparse
 import importlib
 import os
 import pkgutil
-import re
-import resource
 import selectors
 import signal
 import socket
@@ -29,18 +28,17 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from timestep_lab.usage import server_usage_line
 from timestep_lab.warmstart.protocol import recv_request
 from timestep_lab.warmstart.worker import become_job, run_job
 
-__all__ = ["PRELOAD", "SERVER_USAGE", "Server", "preload", "main"]
+__all__ = ["PRELOAD", "Server", "preload", "main"]
 
 #: imported before the first fork, besides every timestep_lab module: what the commands import
 #: inside functions (measured: an adaptive-sampler training job imported sklearn, 1.2 CPU-s; a
 #: scoring job clean-fid's fid module and requests)
 PRELOAD = ("torch", "torchvision", "torch_fidelity", "cleanfid", "cleanfid.fid", "requests", "scipy.linalg",
-           "scipy.stats", "pandas", "threadpoolctl", "sklearn.datasets", "sklearn.feature_selection")
-#: the server's own CPU at its end, in its log (group 1: CPU-s)
-SERVER_USAGE = re.compile(r"^timestep_lab warm-start server usage: cpu_s=([0-9.]+)", re.M)
+           "scipy.stats", "pandas", "sklearn.datasets", "sklearn.feature_selection")
 
 
 def preload(modules: tuple[str, ...] = PRELOAD, package: str = "timestep_lab") -> list[str]:
@@ -233,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             os.unlink(args.socket)
         except OSError:
             pass
-        me = resource.getrusage(resource.RUSAGE_SELF)
-        print(f"timestep_lab warm-start server usage: cpu_s={me.ru_utime + me.ru_stime:.3f}", file=sys.stderr, flush=True)
+        print(server_usage_line(), file=sys.stderr, flush=True)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

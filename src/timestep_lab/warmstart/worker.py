@@ -5,11 +5,12 @@ request instead of from the server: standard streams (the client's descriptors),
 directory, environment, ``sys.argv``, ``sys.path[0]``, signal dispositions, its own process
 group, the thread counts that torch's OpenMP and numpy's and scipy's OpenBLAS would have read
 from ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` when they were loaded
-(Snakemake sets them to the job's ``threads``; set here through threadpoolctl and torch), and fresh seeds from the OS for the global random
-generators of python, numpy and torch, which a fresh process seeds from the OS at import: else
-every job would draw the server's numbers. (The project's own randomness uses explicit,
-seeded generators and never these.) CPU and memory counters start at zero in a forked
-child (``getrusage``), so the job's usage line is its own.
+(Snakemake sets them to the job's ``threads``; set here through threadpoolctl and torch), and
+fresh seeds from the OS for the global random generators of python, numpy and torch, which a
+fresh process seeds from the OS at import: else every job would draw the server's numbers.
+(The project's own randomness uses explicit, seeded generators and never these.) CPU and
+memory counters start at zero in a forked child (``getrusage``), so the job's usage line is
+its own.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable
 
 from threadpoolctl import threadpool_limits
 
+from timestep_lab.usage import flush_output
 from timestep_lab.warmstart.protocol import N_FDS, Request
 
 __all__ = ["become_job", "run_job"]
@@ -105,9 +107,5 @@ def run_job(entry: Callable[..., int]) -> int:
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    flush_output()
     return status
