@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from timestep_lab.io import load_torch
+from timestep_lab.usage import USAGE_LINE
 from golden.record_smoke_metrics import fingerprint, metric_values
 from timestep_lab.reporting import network_references
 from worktree import ROOT, children_cpu_s, copy_worktree, run, study_env
@@ -246,11 +247,12 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
     # the rest of the study went on (keep-going): the diverging run was trained and scored
     assert list(runs.glob("speed_*/metrics.json")), _tail(first_log)
     # a local run forks its jobs from the warm-start server: the killed one is a client whose
-    # job the server ended (SIGTERM); the others ran warm
+    # job the server ended (SIGTERM); every other job ran warm (onstart waits for the server, so
+    # none started before it listened)
     warm_log = (root / "logs" / "faults" / "warm_start.log").read_text()
     assert f"signal {signal.SIGTERM} after" in warm_log and "exit 0 after" in warm_log, warm_log
-    assert "start=warm" in (root / "logs" / "faults" / "train").joinpath(
-        next(p.name for p in (root / "logs" / "faults" / "train").iterdir() if p.name.startswith("speed_"))).read_text()
+    usage = [m.group(3) for log in (root / "logs" / "faults").rglob("*.log") for m in USAGE_LINE.finditer(log.read_text())]
+    assert len(usage) >= 10 and set(usage) == {" start=warm"}, usage
 
     r = run(cmd, root, env, timeout=900)
     assert r.returncode == 0, _tail(r.stdout)

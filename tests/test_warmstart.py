@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -169,16 +170,41 @@ def test_the_workflow_starts_no_server_when_told_not_to_or_on_a_cluster(tmp_path
     off.start()
     assert off.proc is None and SOCKET_ENV not in os.environ
     off.stop()
+    # on a cluster the check is made in onstart, once Snakemake has its executor (test_slurm.py
+    # runs a study through SLURM and asserts that no job ran warm)
+    smk = (ROOT / "workflow" / "rules" / "warmstart.smk").read_text()
+    onstart = smk[smk.index("onstart:"):smk.index("onsuccess:")]
+    assert "workflow.local_exec" in onstart and "workflow.is_main_process" in onstart, onstart
+    assert "TIMESTEP_LAB_WARM_START" in onstart
+
+
+def test_the_workflow_server_listens_when_start_returns(tmp_path):
+    """``start`` waits for the real server (full preload), so the run's first job is forked too;
+    ``stop`` ends it and its usage line is logged."""
     on = WarmStart(tmp_path / "w.log")
     on.start()
     try:
-        assert on.proc is not None and os.environ[SOCKET_ENV].endswith("socket")
+        assert on.proc is not None and on.proc.poll() is None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(os.environ[SOCKET_ENV])  # no wait, no retry: listening already
+        sock.close()
     finally:
         on.stop()
     assert SOCKET_ENV not in os.environ and on.proc is None
-    assert "warm-start server usage" in (tmp_path / "w.log").read_text()
-    smk = (ROOT / "workflow" / "rules" / "warmstart.smk").read_text()
-    assert "workflow.local_exec" in smk and "workflow.is_main_process" in smk and "TIMESTEP_LAB_WARM_START" in smk
+    log = (tmp_path / "w.log").read_text()
+    assert "ready in" in log and "warm-start server usage" in log and "warm start:" not in log, log
+
+
+def test_a_server_not_ready_in_time_is_logged_and_jobs_start_fresh(tmp_path):
+    late = WarmStart(tmp_path / "w.log")
+    late.start(ready_timeout_s=0.0)
+    try:
+        # jobs still get the variable: one started before the server listens falls back to a
+        # fresh start (test_without_a_server_the_command_starts_itself), later ones are forked
+        assert late.proc.poll() is None and not os.path.exists(os.environ[SOCKET_ENV])
+    finally:
+        late.stop()
+    assert "warm start: the server is not listening after 0 s" in (tmp_path / "w.log").read_text()
 
 
 def test_a_job_that_cannot_become_the_request_fails_with_its_reason(probe_server, tmp_path):

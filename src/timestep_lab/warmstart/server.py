@@ -1,14 +1,14 @@
 """The warm-start server: import once, then fork one worker per job (package docstring).
 
 ``python -m timestep_lab.warmstart.server --socket PATH`` imports :data:`PRELOAD` and every
-``timestep_lab`` module, then listens on ``PATH`` (a job that starts before finds no socket
-and starts fresh) and serves until its standard input reaches end of file: the workflow
-holds the other end of that pipe, so the server ends with the ``snakemake`` that started it,
-however that ends. One thread, one loop over the listening socket, the clients' connections
-(signals to relay; end of file: client gone, worker terminated) and each worker's pidfd (exit:
-reaped, status sent). Reaping every worker puts their CPU time in the server's children and so
-in its parent's: ``time snakemake`` still counts every job. Its log gets one line per job and,
-at the end, its own CPU (:func:`timestep_lab.usage.server_usage_line`), which
+``timestep_lab`` module, then listens on ``PATH`` (created only once it accepts; a job that starts
+before finds no socket and starts fresh) and serves until its standard input reaches end of file:
+the workflow holds the other end of that pipe, so the server ends with the ``snakemake`` that
+started it, however that ends. One thread, one loop over the listening socket, the clients'
+connections (signals to relay; end of file: client gone, worker terminated) and each worker's pidfd
+(exit: reaped, status sent). Reaping every worker puts their CPU time in the server's children and
+so in its parent's: ``time snakemake`` still counts every job. Its log gets one line per job and, at
+the end, its own CPU (:func:`timestep_lab.usage.server_usage_line`), which
 ``benchmarks/study_cost.py`` adds.
 """
 
@@ -198,6 +198,13 @@ def _entry(spec: str) -> Callable[..., int]:
     return getattr(importlib.import_module(module), name)
 
 
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m timestep_lab.warmstart.server",
                                 description="Fork timestep_lab jobs from one warm process (docs/design.md, 'Warm start').")
@@ -215,22 +222,25 @@ def main(argv: list[str] | None = None) -> int:
     if hazards:  # listen to nobody: every job finds no socket and starts fresh
         print(f"error: not forking with {', '.join(hazards)}", file=sys.stderr)
         return 1
+    # bound and listening under a temporary name, then renamed: whoever sees PATH can connect
+    # (WarmStart.start waits for it; a client between bind and listen would be refused)
+    binding = f"{args.socket}.{os.getpid()}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listener.bind(args.socket)
+        listener.bind(binding)
+        listener.listen(128)
+        os.rename(binding, args.socket)
     except OSError as exc:
         print(f"error: cannot listen on {args.socket}: {exc.strerror}", file=sys.stderr)
+        listener.close()
+        _unlink(binding)
         return 2
     try:
-        listener.listen(128)
         print(f"ready in {time.monotonic() - t0:.1f} s, pid {os.getpid()}", file=sys.stderr, flush=True)
         Server(listener, entry).serve()
     finally:
         listener.close()
-        try:
-            os.unlink(args.socket)
-        except OSError:
-            pass
+        _unlink(args.socket)
         print(server_usage_line(), file=sys.stderr, flush=True)
     return 0
 

@@ -3,8 +3,10 @@
 Stdlib only: the Snakefile imports it when it builds the DAG. ``workflow/rules/warmstart.smk``
 starts the server when the jobs begin (``onstart``) and stops it when they end (``onsuccess`` /
 ``onerror``); the server also ends by itself when the ``snakemake`` process does, however it
-ends (its standard input is a pipe from that process). Jobs started before the server is ready
-(its imports take 6-7 CPU-s) find no socket and start fresh, as they do with warm start off.
+ends (its standard input is a pipe from that process). ``start`` returns once the server
+listens (its imports take 6-7 CPU-s), so every job of the run is forked; if it is not ready
+within :data:`READY_TIMEOUT_S`, or fails, jobs find no socket and start fresh, as they do with
+warm start off.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from timestep_lab.warmstart import SOCKET_ENV
@@ -22,6 +25,9 @@ __all__ = ["WarmStart", "supported", "ENTRY"]
 
 #: what each worker runs: ``python -m timestep_lab``'s command line, usage line included
 ENTRY = "timestep_lab.cli:run_command"
+
+#: how long ``start`` waits for the server to listen (it needs ~7 s on an idle 2-core machine)
+READY_TIMEOUT_S = 120.0
 
 
 def supported() -> bool:
@@ -37,8 +43,12 @@ class WarmStart:
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
 
-    def start(self) -> None:
-        """Start the server and give its socket to every job started from now on (:data:`SOCKET_ENV`)."""
+    def start(self, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Start the server, wait until it listens (at most ``ready_timeout_s``), and give its
+        socket to every job started from now on (:data:`SOCKET_ENV`).
+
+        Waiting costs no CPU, and a job started meanwhile would pay its own imports (2-3.5
+        CPU-s) besides the server's; it also makes where a job runs not depend on timing."""
         if not self.enabled or self.proc is not None:
             return
         self.dir = tempfile.mkdtemp(prefix="tlab-warm-")  # short: a socket path has at most 107 bytes
@@ -49,6 +59,15 @@ class WarmStart:
             self.proc = subprocess.Popen([sys.executable, "-m", "timestep_lab.warmstart.server", "--socket", path,
                                           "--entry", ENTRY],
                                          stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + ready_timeout_s
+        while not os.path.exists(path) and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not os.path.exists(path):
+            why = (f"the server exited with status {self.proc.returncode}; every job starts fresh"
+                   if self.proc.poll() is not None else
+                   f"the server is not listening after {ready_timeout_s:.0f} s; jobs start fresh until it is")
+            with open(self.log, "a") as log:
+                print(f"warm start: {why}", file=log)
         os.environ[SOCKET_ENV] = path
 
     def stop(self, timeout_s: float = 30.0) -> None:
