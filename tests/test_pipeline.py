@@ -268,3 +268,18 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
     assert runs_csv.loc[diverged, "status"].eq("diverged").all()
     page = (root / target).read_text()
     assert "Failed runs" in page and diverged[0] in page
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_warm_start_follows_its_switch_end_to_end(tmp_path, setting):
+    """TIMESTEP_LAB_WARM_START=0: no server, the job starts itself; unset or 1: the job is forked."""
+    root = copy_worktree(tmp_path / "repo")
+    env = study_env()
+    env["TIMESTEP_LAB_WARM_START"] = setting
+    r = run(["snakemake", "data/prepared/digits-test/manifest.json", "--configfile", "config/smoke.yaml"],
+            root, env, timeout=300)
+    assert r.returncode == 0, _tail(r.stdout)
+    job_log = (root / "logs" / "smoke" / "prepare_data" / "digits-test.log").read_text()
+    (warm,) = [m.group(3) for m in USAGE_LINE.finditer(job_log)]
+    assert (root / "logs" / "smoke" / "warm_start.log").exists() == (setting == "1")
+    assert warm == (" start=warm" if setting == "1" else None), job_log
