@@ -409,18 +409,3 @@ def test_x0_error_profile_mixed_heads(diffusion, images):
     assert all(heads["head_per_t"][t] == h for t, h in grid.items())
     assert sum(heads["win_counts"].values()) == len(res["timesteps"])
     assert res["predictions"]["mix"] == "mixed"
-
-
-def test_speedups_relative_to_the_baseline_crossing():
-    from timestep_lab.studies import kimg_to_reach, speedups
-
-    assert kimg_to_reach([1, 2, 3, 4], [10, 8, 6, 4], 5) == pytest.approx(3.5)
-    assert kimg_to_reach([1, 2], [10, 8], 5) != kimg_to_reach([1, 2], [10, 8], 5)  # NaN: never reached
-    curves = {"base": ([1, 2, 3, 4], [10, 8, 6, 4]), "fast": ([1, 2, 3, 4], [8, 4, 3, 2]),
-              "slow": ([1, 2, 3, 4], [12, 11, 10, 9])}
-    sp = speedups(curves, "base")
-    assert sp["base"] == 1.0
-    assert sp["fast"] == pytest.approx(4 / 2)  # base reaches 4 at kimg 4; fast at kimg 2
-    assert sp["slow"] != sp["slow"]
-    noisy = {"base": ([1, 2, 3], [5, 3.9, 4.0]), "other": ([1, 2, 3], [6, 5, 4])}
-    assert speedups(noisy, "base") == {"base": 1.0, "other": pytest.approx((1 + 1 / 1.1) / 3, rel=1e-9)}

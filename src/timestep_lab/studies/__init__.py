@@ -3,7 +3,6 @@
 Each function here is tested on its own; notebooks only read their outputs and plot.
 """
 
-from timestep_lab.studies.comparison import kimg_to_reach, speedups
 from timestep_lab.studies.consistency import paired_distance
 from timestep_lab.studies.contribution import posterior_coefficients, replacement_ranges
 from timestep_lab.studies.interference import interference_matrix
@@ -12,8 +11,6 @@ from timestep_lab.studies.profile import full_profile, load_profile, loss_profil
 from timestep_lab.studies.slots import PAPER_SLOTS, equal_loss_slots, scale_slots, slot_sums
 
 __all__ = [
-    "kimg_to_reach",
-    "speedups",
     "equal_loss_slots",
     "slot_sums",
     "scale_slots",
