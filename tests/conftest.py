@@ -184,6 +184,9 @@ class SmokeStudy:
     returncode: int
     log: str  # snakemake's combined output
     seconds: float
+    # what ran warm (the warm-start server's log, job logs with "start=warm"), read right after
+    # the study: later tests rerun jobs locally in ``root`` (the DVC test reruns the estimate)
+    warm: list[str]
 
 
 @pytest.fixture(scope="session")
@@ -202,5 +205,8 @@ def smoke_study(request, tmp_path_factory) -> SmokeStudy:
     if cluster is not None:
         args += slurm_args(cluster)
     rc, log, seconds = run_snakemake(args, root, env, timeout=3600, log_path=root / "smoke-study.log")
+    logs = root / "logs" / "smoke"
+    warm = [str(p.relative_to(logs)) for p in sorted(logs.rglob("*.log"))
+            if p.name == "warm_start.log" or "start=warm" in p.read_text(errors="replace")]
     return SmokeStudy(root=root, profile="cluster" if cluster is not None else "default", env=env,
-                      returncode=rc, log=log, seconds=seconds)
+                      returncode=rc, log=log, seconds=seconds, warm=warm)

@@ -270,16 +270,26 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
     assert "Failed runs" in page and diverged[0] in page
 
 
-@pytest.mark.parametrize("setting", ["0", "1"])
-def test_warm_start_follows_its_switch_end_to_end(tmp_path, setting):
-    """TIMESTEP_LAB_WARM_START=0: no server, the job starts itself; unset or 1: the job is forked."""
+THREE_JOBS = ["data/prepared/digits-test/manifest.json", "data/prepared/digits-train/manifest.json",
+              "results/smoke/estimate.json"]
+
+
+@pytest.mark.parametrize("setting, targets, warm", [
+    ("0", THREE_JOBS, False),  # switched off: no server, every job starts itself
+    ("1", THREE_JOBS, True),  # on (the default): every job is forked
+    ("1", THREE_JOBS[:1], False),  # one command: fewer than MIN_JOBS, not worth a server
+])
+def test_warm_start_follows_its_switch_end_to_end(tmp_path, setting, targets, warm):
+    from timestep_lab.workflow.warm import MIN_JOBS
+
+    assert len(THREE_JOBS) == MIN_JOBS
     root = copy_worktree(tmp_path / "repo")
     env = study_env()
     env["TIMESTEP_LAB_WARM_START"] = setting
-    r = run(["snakemake", "data/prepared/digits-test/manifest.json", "--configfile", "config/smoke.yaml"],
-            root, env, timeout=300)
+    r = run(["snakemake", *targets, "--configfile", "config/smoke.yaml"], root, env, timeout=300)
     assert r.returncode == 0, _tail(r.stdout)
-    job_log = (root / "logs" / "smoke" / "prepare_data" / "digits-test.log").read_text()
-    (warm,) = [m.group(3) for m in USAGE_LINE.finditer(job_log)]
-    assert (root / "logs" / "smoke" / "warm_start.log").exists() == (setting == "1")
-    assert warm == (" start=warm" if setting == "1" else None), job_log
+    logs = root / "logs" / "smoke"
+    starts = [m.group(3) for p in logs.rglob("*.log") for m in USAGE_LINE.finditer(p.read_text())]
+    assert len(starts) == len(targets), starts
+    assert set(starts) == {" start=warm" if warm else None}, starts
+    assert (logs / "warm_start.log").exists() == warm

@@ -21,10 +21,14 @@ from pathlib import Path
 
 from timestep_lab.warmstart import SOCKET_ENV
 
-__all__ = ["WarmStart", "supported", "ENTRY"]
+__all__ = ["WarmStart", "supported", "ENTRY", "MIN_JOBS", "READY_TIMEOUT_S"]
 
 #: what each worker runs: ``python -m timestep_lab``'s command line, usage line included
 ENTRY = "timestep_lab.cli:run_command"
+
+#: a run of fewer commands starts them fresh: the server's imports (5-7 CPU-s) cost about what
+#: two fresh starts do (2-3.5 CPU-s each), and waiting for them would delay a one-job rerun
+MIN_JOBS = 3
 
 #: how long ``start`` waits for the server to listen (it needs ~7 s on an idle 2-core machine)
 READY_TIMEOUT_S = 120.0
