@@ -212,6 +212,12 @@ def _fault_study() -> dict:
     return cfg
 
 
+def _job_starts(logs: Path) -> list[str | None]:
+    """How each finished job under ``logs`` started, from its usage line: " start=warm" (forked
+    from the warm-start server) or None (a process of its own)."""
+    return [m.group(3) for log in sorted(logs.rglob("*.log")) for m in USAGE_LINE.finditer(log.read_text())]
+
+
 def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path):
     root = copy_worktree(tmp_path / "repo")
     (root / "faults.yaml").write_text(yaml.safe_dump(_fault_study()))
@@ -251,7 +257,7 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
     # none started before it listened)
     warm_log = (root / "logs" / "faults" / "warm_start.log").read_text()
     assert f"signal {signal.SIGTERM} after" in warm_log and "exit 0 after" in warm_log, warm_log
-    usage = [m.group(3) for log in (root / "logs" / "faults").rglob("*.log") for m in USAGE_LINE.finditer(log.read_text())]
+    usage = _job_starts(root / "logs" / "faults")
     assert len(usage) >= 10 and set(usage) == {" start=warm"}, usage
 
     r = run(cmd, root, env, timeout=900)
@@ -289,7 +295,7 @@ def test_warm_start_follows_its_switch_end_to_end(tmp_path, setting, targets, wa
     r = run(["snakemake", *targets, "--configfile", "config/smoke.yaml"], root, env, timeout=300)
     assert r.returncode == 0, _tail(r.stdout)
     logs = root / "logs" / "smoke"
-    starts = [m.group(3) for p in logs.rglob("*.log") for m in USAGE_LINE.finditer(p.read_text())]
+    starts = _job_starts(logs)
     assert len(starts) == len(targets), starts
     assert set(starts) == {" start=warm" if warm else None}, starts
     assert (logs / "warm_start.log").exists() == warm
