@@ -63,15 +63,36 @@ def _run(args, sock=None, **kw):
     return subprocess.run([sys.executable, "-m", *args], env=env, capture_output=True, text=True, timeout=120, **kw)
 
 
-@pytest.mark.parametrize("threads", [None, "1", "2"])
-def test_a_forked_job_sees_what_a_fresh_process_sees(probe_server, tmp_path, threads):
+def _started_with(ignored: tuple[int, ...]):
+    """A ``preexec_fn`` that gives the child SIGINT and SIGHUP as a shell would: ``ignored`` ones
+    ignored (``nohup``, ``&``), the others default, whatever this test process itself inherited
+    (the suite may run under nohup or in the background)."""
+    def preexec():
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+    return preexec
+
+
+@pytest.mark.parametrize("threads, ignored", [(None, ()), ("1", ()), ("2", ()),
+                                              (None, (signal.SIGINT, signal.SIGHUP))],
+                         ids=["threads-unset", "threads-1", "threads-2", "sigint-sighup-ignored"])
+def test_a_forked_job_sees_what_a_fresh_process_sees(probe_server, tmp_path, threads, ignored):
+    """Streams, cwd, environment, threads, temp dir, sys.path[0], every signal's disposition and the
+    signal mask: the same as a fresh process started in the client's place. With SIGINT and SIGHUP
+    ignored in the client (a job started under ``nohup`` or with ``&``), they stay ignored in the job."""
     extra = {"PROBE": "x y", "TMPDIR": str(tmp_path)} | ({"OMP_NUM_THREADS": threads} if threads else {})
-    fresh = _run(["warm_probe", "report", "a b", "--c"], cwd=tmp_path, input="in put", env=extra)
-    warm = _run(["timestep_lab", "report", "a b", "--c"], probe_server.socket, cwd=tmp_path, input="in put", env=extra)
+    start = _started_with(ignored)
+    fresh = _run(["warm_probe", "report", "a b", "--c"], cwd=tmp_path, input="in put", env=extra, preexec_fn=start)
+    warm = _run(["timestep_lab", "report", "a b", "--c"], probe_server.socket, cwd=tmp_path, input="in put", env=extra,
+                preexec_fn=start)
     assert fresh.returncode == warm.returncode == 0, (fresh.stderr, warm.stderr)
     seen, expected = json.loads(warm.stdout), json.loads(fresh.stdout)
+    for name in ("SIGINT", "SIGHUP"):
+        assert expected["signals"][name] == ("ignore" if getattr(signal, name) in ignored else
+                                             "interrupt" if name == "SIGINT" else "default")
     # torch's default generator is seeded from the OS in a fresh process: so in each forked job
-    again = _run(["timestep_lab", "report", "a b", "--c"], probe_server.socket, cwd=tmp_path, input="", env=extra)
+    again = _run(["timestep_lab", "report", "a b", "--c"], probe_server.socket, cwd=tmp_path, input="", env=extra,
+                 preexec_fn=start)
     assert seen.pop("draws") != json.loads(again.stdout)["draws"] != expected.pop("draws")
     assert seen == expected
     assert json.loads(warm.stdout)["threads"] == (int(threads) if threads else json.loads(fresh.stdout)["threads"])

@@ -16,6 +16,19 @@ import tempfile
 import time
 
 
+def _dispositions() -> dict[str, str]:
+    """Every signal's disposition by name: ignore, default, interrupt (KeyboardInterrupt) or other."""
+    names = {signal.SIG_IGN: "ignore", signal.SIG_DFL: "default", signal.default_int_handler: "interrupt"}
+    out = {}
+    for sig in sorted(signal.valid_signals()):
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        handler = signal.getsignal(sig)
+        out[signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(int(sig))] = \
+            names.get(handler, "other")
+    return out
+
+
 def main(argv: list[str], warm: bool = False) -> int:
     mode = argv[0]
     if mode == "report":
@@ -30,9 +43,8 @@ def main(argv: list[str], warm: bool = False) -> int:
             "threads": torch.get_num_threads(),
             # each loaded pool's size (the server may have loaded more copies: sklearn's own libgomp)
             "pools": sorted({(i["internal_api"], i["num_threads"]) for i in threadpool_info()}), "draws": torch.rand(4).tolist(), "stdin": sys.stdin.read(),
-            "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
-            "sigterm": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
-            "sigpipe": signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN,
+            "signals": _dispositions(),
+            "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, ())),
             "path0": sys.path[0] == os.getcwd(),
         }, sort_keys=True))
         print("to stderr", file=sys.stderr)

@@ -14,10 +14,32 @@ import sys
 from timestep_lab.warmstart import SOCKET_ENV
 from timestep_lab.warmstart.protocol import send_request
 
-__all__ = ["forward", "RELAYED_SIGNALS"]
+__all__ = ["forward", "RELAYED_SIGNALS", "started_with"]
 
-#: what the client passes on to the worker (Snakemake cancels a job with SIGTERM; Ctrl-C is SIGINT)
+#: what the client passes on to the worker (Snakemake cancels a job with SIGTERM; Ctrl-C is SIGINT),
+#: unless this process started with it ignored: then neither it nor the job reacts to it
 RELAYED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+_NAMES = {signal.SIG_IGN: "ignore", signal.SIG_DFL: "default", signal.default_int_handler: "interrupt"}
+
+
+def started_with() -> tuple[dict[int, str], tuple[int, ...]]:
+    """This process's signal dispositions (``{signum: "ignore" | "default" | "interrupt"}``) and
+    blocked signals, read before it changes any: what a fresh ``python -m timestep_lab`` started
+    here has, so what the worker must take. A job started under ``nohup`` or with ``&`` inherits
+    SIGHUP or SIGINT as ignored, and a fresh Python keeps it so; a worker forked from the server
+    would otherwise have the server's."""
+    signals = {}
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            name = _NAMES.get(signal.getsignal(sig))
+        except (OSError, ValueError):
+            continue
+        if name is not None:  # None: a handler not set from Python (none at this point of the start)
+            signals[int(sig)] = name
+    return signals, tuple(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, ())))
 
 
 def forward(socket_path: str, argv: list[str] | None = None) -> int | None:
@@ -35,8 +57,9 @@ def forward(socket_path: str, argv: list[str] | None = None) -> int | None:
         sock.close()
         return None
     env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
+    signals, blocked = started_with()
     try:
-        send_request(sock, list(sys.argv if argv is None else argv), os.getcwd(), env)
+        send_request(sock, list(sys.argv if argv is None else argv), os.getcwd(), env, signals, blocked)
     except OSError:  # e.g. a closed stdin cannot be passed: nothing was started, so start here
         sock.close()
         return None
@@ -47,7 +70,7 @@ def forward(socket_path: str, argv: list[str] | None = None) -> int | None:
         except OSError:
             pass
 
-    previous = {sig: signal.signal(sig, relay) for sig in RELAYED_SIGNALS}
+    previous = {sig: signal.signal(sig, relay) for sig in RELAYED_SIGNALS if signals.get(int(sig)) != "ignore"}
     try:
         reply = b""
         while not reply.endswith(b"\n"):

@@ -2,7 +2,9 @@
 
 Client -> server, once: an 8-byte big-endian length sent with the client's file descriptors 0,
 1 and 2 (``SCM_RIGHTS``), then that many bytes of JSON ``{"argv": [...], "cwd": str, "env":
-{...}}``. Then any number of ``kill N`` lines (a signal the client got, for the worker).
+{...}, "signals": {"<signum>": "ignore" | "default" | "interrupt"}, "blocked": [signum, ...]}``
+(the client's signal dispositions and mask as it found them when it started, before it installed
+its relays: what a fresh process started in its place would have). Then any number of ``kill N`` lines (a signal the client got, for the worker).
 Server -> client, once, when the worker ends: ``exit N`` (its exit status) or ``signal N``.
 """
 
@@ -12,26 +14,37 @@ import json
 import os
 import socket
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["send_request", "recv_request", "Request", "N_FDS"]
+__all__ = ["send_request", "recv_request", "Request", "N_FDS", "DISPOSITIONS"]
 
 N_FDS = 3  # stdin, stdout, stderr
 _HEADER = struct.Struct("!Q")
 MAX_REQUEST = 16 << 20  # bytes; an environment is a few KiB
 
 
+#: how a signal's disposition is named on the wire: the three a fresh Python process can start with
+#: (ignored, inherited so across exec; default; SIGINT's KeyboardInterrupt handler, which Python
+#: installs at start unless SIGINT was ignored)
+DISPOSITIONS = ("ignore", "default", "interrupt")
+
+
 @dataclass(frozen=True)
 class Request:
-    """One job: the client's ``sys.argv``, working directory and environment."""
+    """One job: the client's ``sys.argv``, working directory, environment, and the signal
+    dispositions (``{signum: one of DISPOSITIONS}``) and blocked signals it started with."""
 
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    signals: dict[int, str] = field(default_factory=dict)
+    blocked: tuple[int, ...] = ()
 
 
-def send_request(sock: socket.socket, argv: list[str], cwd: str, env: dict[str, str]) -> None:
-    payload = json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()
+def send_request(sock: socket.socket, argv: list[str], cwd: str, env: dict[str, str],
+                 signals: dict[int, str] | None = None, blocked: tuple[int, ...] = ()) -> None:
+    payload = json.dumps({"argv": argv, "cwd": cwd, "env": env, "signals": {str(k): v for k, v in (signals or {}).items()},
+                          "blocked": sorted(blocked)}).encode()
     socket.send_fds(sock, [_HEADER.pack(len(payload))], [0, 1, 2])
     sock.sendall(payload)
 
@@ -58,7 +71,11 @@ def recv_request(sock: socket.socket) -> tuple[Request, list[int]]:
         if size > MAX_REQUEST:
             raise ConnectionError(f"request of {size} bytes")
         body = json.loads(_recv_exactly(sock, size))
-        return Request(argv=list(body["argv"]), cwd=str(body["cwd"]), env=dict(body["env"])), fds
+        signals = {int(k): str(v) for k, v in body.get("signals", {}).items()}
+        if any(v not in DISPOSITIONS for v in signals.values()):
+            raise ConnectionError(f"unknown signal disposition in {sorted(set(signals.values()))}")
+        return Request(argv=list(body["argv"]), cwd=str(body["cwd"]), env=dict(body["env"]), signals=signals,
+                       blocked=tuple(int(b) for b in body.get("blocked", ()))), fds
     except BaseException:
         for fd in fds:
             _close(fd)

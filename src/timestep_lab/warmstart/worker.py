@@ -2,8 +2,9 @@
 
 Everything a fresh ``python -m timestep_lab`` would take from its start is taken from the
 request instead of from the server: standard streams (the client's descriptors), working
-directory, environment, ``sys.argv``, ``sys.path[0]``, signal dispositions, its own process
-group, the thread counts that torch's OpenMP and numpy's and scipy's OpenBLAS would have read
+directory, environment, ``sys.argv``, ``sys.path[0]``, the signal dispositions and mask the
+client started with (an ignored SIGINT or SIGHUP stays ignored, as under ``nohup`` or ``&``),
+its own process group, the thread counts that torch's OpenMP and numpy's and scipy's OpenBLAS would have read
 from ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS`` / ``MKL_NUM_THREADS`` when they were loaded
 (Snakemake sets them to the job's ``threads``; set here through threadpoolctl and torch), and
 fresh seeds from the OS for the global random generators of python, numpy and torch, which a
@@ -31,10 +32,7 @@ from timestep_lab.warmstart.protocol import N_FDS, Request
 
 __all__ = ["become_job", "run_job"]
 
-# Python's own start-up dispositions: SIGINT raises KeyboardInterrupt, SIGPIPE is ignored
-# (Python does that at start), the rest default.
-_DISPOSITIONS = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN}
-_RESET = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2)
+_HANDLERS = {"ignore": signal.SIG_IGN, "default": signal.SIG_DFL, "interrupt": signal.default_int_handler}
 
 
 def become_job(request: Request, fds: list[int], server_cwd: str) -> None:
@@ -44,10 +42,7 @@ def become_job(request: Request, fds: list[int], server_cwd: str) -> None:
     for target, fd in zip(range(N_FDS), fds):
         os.dup2(fd, target)  # sys.stdin/stdout/stderr keep their objects, now on the job's files
         os.close(fd)
-    for sig in _RESET:
-        signal.signal(sig, signal.SIG_DFL)
-    for sig, handler in _DISPOSITIONS.items():
-        signal.signal(sig, handler)
+    _set_signals(request.signals, request.blocked)
     os.chdir(request.cwd)
     os.environ.clear()
     os.environ.update(request.env)
@@ -62,6 +57,18 @@ def become_job(request: Request, fds: list[int], server_cwd: str) -> None:
     if torch is not None:
         torch.seed()
     _set_threads(request.env, torch)
+
+
+def _set_signals(dispositions: dict[int, str], blocked: tuple[int, ...]) -> None:
+    """Each signal's disposition as the client started with it (``protocol.DISPOSITIONS``), then
+    its mask. Every signal the client named is set, so nothing of the server's survives: a fresh
+    process gets its dispositions from its parent through exec, not from Python."""
+    for sig, name in dispositions.items():
+        try:
+            signal.signal(sig, _HANDLERS[name])
+        except (OSError, ValueError):  # a signal this platform will not let Python set
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _count(env: dict[str, str], *names: str) -> int | None:
