@@ -7,6 +7,7 @@ the cluster profile on a real SLURM when one can be started, else with the defau
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import time
@@ -96,20 +97,46 @@ def test_verdicts_cover_every_claim_and_the_index_shows_them(study):
     assert "uniform control" in slot_page and "Verdicts on the claims this report covers" in slot_page
 
 
+#: relative tolerance of the golden comparison on another machine's arithmetic (see the test)
+GOLDEN_RTOL = 1e-5
+
+
+def golden_mismatches(golden: dict[str, float], ours: dict[str, float], rtol: float) -> dict[str, tuple[float, float]]:
+    """``key -> (recorded, ours)`` for every value further than ``rtol`` (relative) from its record."""
+    return {k: (v, ours[k]) for k, v in golden.items() if not math.isclose(ours[k], v, rel_tol=rtol, abs_tol=0.0)}
+
+
 def test_smoke_study_metrics_match_the_recorded_values(study):
-    """Same seeds, same FIDs: every FID/KID of the smoke study (final and against images seen, both
-    tools) equals, to the last digit, the value recorded in tests/golden/smoke_metrics.json from the
-    study as it ran before the throughput restructuring (one-job scoring, job groups, ...).
-    Restructuring the workflow must not move a number; a change that alters the arithmetic on
-    purpose rerecords the file (tests/golden/record_smoke_metrics.py) and says how far they moved."""
-    golden = json.loads((Path(__file__).resolve().parent / "golden" / "smoke_metrics.json").read_text())
-    if golden["fingerprint"] != fingerprint():
-        pytest.skip(f"recorded on {golden['fingerprint']}, this machine is {fingerprint()}: float results differ")
+    """Same seeds, same FIDs: every FID/KID/precision/recall of the smoke study (final and against
+    images seen, both tools) equals the value recorded in tests/golden/smoke_metrics.json.
+
+    Two checks. Where the machine computes the same way as the one that recorded the file (the
+    fingerprint: torch, numpy, CPU capability, the OpenBLAS kernels and the variables that choose
+    them), every value must match to the last digit: restructuring must not move a number. On
+    any machine, every value must lie within a relative ``GOLDEN_RTOL`` = 1e-5 of its record.
+    Why 1e-5: another OpenBLAS kernel (``OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512`` on the
+    AVX-512 machine that recorded the file) moved 137 of 238 values, by at most 2.8e-7 relative
+    (FID 4.2e-8, KID 2.8e-7; training and sampling run in torch and did not move). Genuine
+    one-line changes move far more: clamping DDIM's x0 prediction to +-0.999 instead of +-1 moved
+    185 values beyond 1e-5 (FID by up to 5.6e-4); 99 KID subsets instead of 100 moved every KID
+    value by 9e-5 to 5e-3 (benchmarks/RESULTS.md, "Golden values across machines"). So 1e-5 is
+    36x the arithmetic noise seen, and 9x below the smallest KID move of the one-subset change.
+    A change that alters the arithmetic on purpose rerecords the file
+    (tests/golden/record_smoke_metrics.py) and says how far the numbers moved."""
+    recorded = json.loads((Path(__file__).resolve().parent / "golden" / "smoke_metrics.json").read_text())
+    golden = recorded["values"]
     ours = metric_values(study.root / "results" / "smoke" / "metrics.csv")
-    assert len(golden["values"]) >= 100
-    assert set(ours) == set(golden["values"]), sorted(set(ours) ^ set(golden["values"]))[:10]
-    moved = {k: (v, ours[k]) for k, v in golden["values"].items() if ours[k] != v}
-    assert not moved, f"{len(moved)} of {len(ours)} values moved, e.g. {list(moved.items())[:5]}"
+    assert len(golden) >= 100
+    assert set(ours) == set(golden), sorted(set(ours) ^ set(golden))[:10]
+    far = golden_mismatches(golden, ours, GOLDEN_RTOL)
+    assert not far, f"{len(far)} of {len(ours)} values moved by more than {GOLDEN_RTOL:g} relative, e.g. {list(far.items())[:5]}"
+    here = fingerprint()
+    if recorded["fingerprint"] == here:
+        moved = golden_mismatches(golden, ours, 0.0)
+        assert not moved, f"same arithmetic ({here}), yet {len(moved)} of {len(ours)} values moved, e.g. {list(moved.items())[:5]}"
+    else:
+        print(f"golden values recorded on {recorded['fingerprint']}, this machine is {here}: compared within "
+              f"{GOLDEN_RTOL:g} relative, not to the last digit")
 
 
 def test_second_run_does_nothing(study):

@@ -4,14 +4,18 @@
     python tests/golden/record_smoke_metrics.py results/smoke/metrics.csv > tests/golden/smoke_metrics.json
 
 Rerecord only when a change alters the arithmetic on purpose, and say in the commit how far the
-numbers moved. The values are tied to the machine's arithmetic (torch version, CPU capability):
-the file records both, and the test compares digit for digit only where they match.
+numbers moved. The last digits depend on the machine's arithmetic: torch's version and CPU
+capability, and the OpenBLAS kernel numpy's and scipy's copies run (``threadpoolctl`` reports it
+as ``architecture``; ``OPENBLAS_CORETYPE`` picks another, ``OPENBLAS_L2_SIZE`` changes its
+blocking). The file records all of it, and the test compares digit for digit only where the
+fingerprint matches, and within a relative tolerance everywhere (its docstring says why).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import platform
 import sys
 
@@ -19,10 +23,25 @@ import numpy as np
 import torch
 
 
+#: environment variables that change which kernel (or blocking) a BLAS runs, hence the last digits
+KERNEL_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
+
+
+def blas_kernels() -> list[str]:
+    """``"<library> <version> <architecture>"`` of every BLAS numpy and scipy load here (the
+    kernel OpenBLAS picked for this CPU, or was told to pick)."""
+    import scipy.linalg  # noqa: F401 - loads scipy's own OpenBLAS
+    from threadpoolctl import threadpool_info
+
+    return sorted({f"{i.get('prefix')} {i.get('version')} {i.get('architecture')}"
+                   for i in threadpool_info() if i.get("user_api") == "blas"})
+
+
 def fingerprint() -> dict:
     """What the last digit of a CPU float result depends on, besides the code."""
     return {"torch": torch.__version__, "numpy": np.__version__, "machine": platform.machine(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "blas": blas_kernels(),
+            "kernel_env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ}}
 
 
 def metric_values(metrics_csv: str) -> dict[str, float]:
