@@ -226,7 +226,10 @@ def format_table(est: Estimate) -> str:
                 for (step, model), ips in carried.items()]
     train, progress = est.hours("train"), est.hours("evaluate_progress")
     if train:
-        out.append(f"progress evaluation / training: {progress / train:.1%}")
+        flops = {r.cost.rule: r.cost.flops for r in est.rows}
+        share = flops.get("evaluate_progress", 0) / flops["train"] if flops.get("train") else 0.0
+        out.append(f"progress evaluation / training: {progress / train:.1%} of the {unit.split('-')[0]} time, "
+                   f"{share:.1%} of the FLOPs")
     if est.advice is not None:
         out += format_advice(est.advice)
     kind = "GPU-hours" if dev.gpu else "CPU-s (no GPU-hours)" if seconds else "CPU-core-hours (no GPU-hours)"
