@@ -19,6 +19,7 @@ Knows the plan and a priced estimate; knows nothing of Snakemake or SLURM.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -174,7 +175,7 @@ def format_advice(a: Advice, show: int = 6) -> list[str]:
                      "without a save at the time limit)")
             if a.retries is not None and g.submissions - 1 > a.retries:
                 line += f", more than the profile's {a.retries}: pass --retries {g.submissions - 1}"
-        line += f"; one job in one go needs runtime_min {g.ask_min} (--time={clock(g.ask_min)})"
+        line += f"; to ask for: runtime_min {g.ask_min} (--time={clock(g.ask_min)}, the slow end + 10%)"
         out.append(line)
     if len(a.train) > show:
         rest = a.train[show:]
@@ -184,4 +185,4 @@ def format_advice(a: Advice, show: int = 6) -> list[str]:
         verdict = "fits" if e.fits else f"does NOT fit (no resume): raise runtime_min to {4 * _ask(e.wall[2])}"
         out.append(f"  {e.rule}: longest job {e.job} {_h(e.wall[1])}-{_h(e.wall[2])} against its "
                    f"{e.limit_min}-min limit (runtime_min // 4): {verdict}")
-    return out
+    return [textwrap.fill(line, 110, subsequent_indent="    ", break_on_hyphens=False) for line in out]

@@ -160,8 +160,8 @@ def _number(h: float) -> str:
 
 def format_table(est: Estimate) -> str:
     dev = DEVICES[est.device]
-    # a CPU study of under 10 core-hours reads better in CPU-s, the unit study_cost.py measures in
-    seconds = not dev.gpu and est.gpu_hours < 10
+    # a CPU study of under a core-hour reads better in CPU-s, the unit study_cost.py measures in
+    seconds = not dev.gpu and est.gpu_hours < 1
     unit, scale = ("GPU-h", 1.0) if dev.gpu else ("CPU-s", 3600.0) if seconds else ("CPU-h", 1.0)
 
     def hours_text(h: float) -> str:
