@@ -114,6 +114,19 @@ def test_the_range_spans_how_the_fit_did_on_each_study():
     assert f.low < 1 < f.high
 
 
+def test_noise_does_not_pull_the_fit_low():
+    """Three identical jobs measured at 1, 2 and 3 CPU-s are priced at their mean, 2 (weighting by
+    the measured cost would give sum(1/y) / sum(1/y^2) = 1.35: every study underestimated)."""
+    from timestep_lab.estimate.calibration import Observation
+
+    obs = [("a", Observation("report", f"j{i}", y, True, {"gflop": 0.0, "steps": 0.0})) for i, y in enumerate((1, 2, 3))]
+    assert fit_rule("report", obs).overhead == pytest.approx(2.0)
+    obs = [("a", Observation("r", f"j{i}", y, True, {"gflop": g, "steps": 0.0}))
+           for i, (g, y) in enumerate(((1, 1.0), (1, 3.0), (2, 2.0), (2, 6.0)))]
+    f = fit_rule("r", obs)  # proportional in truth (2 CPU-s per GFLOP on average), +-50% noise
+    assert f.predict({"gflop": 1.0}) + f.predict({"gflop": 2.0}) == pytest.approx((1 + 3 + 2 + 6) / 2, rel=0.01)
+
+
 def _usage(cpu: float):
     from timestep_lab.reporting.cost import Usage
 

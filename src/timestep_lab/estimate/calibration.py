@@ -13,8 +13,9 @@ rule, for the jobs of every study measured on the machine together:
 sampling, feature extraction), ``steps`` its optimizer steps (training only: the optimizer,
 EMA and sampler bookkeeping cost per step, whatever the batch), ``overhead`` what a job of the
 rule costs whatever its size (reading inputs, scoring statistics, writing outputs). The
-coefficients minimise the squared *relative* error over the jobs (non-negative least squares
-on rows divided by the measured cost), so a small study's jobs weigh as much as a large one's.
+coefficients minimise the squared *relative* error over the jobs (non-negative least squares,
+reweighted by the predicted cost until it settles), so a small study's jobs weigh as much as a
+large one's, and measurement noise does not pull the estimate low.
 Where the jobs give no spread of a quantity (every job of the rule the same size) that quantity
 cannot be told apart from the overhead: the rule is then fitted as proportional to its work
 (no overhead), and says so. A rule whose jobs carry no work is fitted as a per-job overhead; a
@@ -126,6 +127,23 @@ def _spread(values: np.ndarray) -> bool:
     return values.size > 1 and values.min() > 0 and values.max() > SPREAD * values.min()
 
 
+def _relative_fit(design: np.ndarray, y: np.ndarray, rounds: int = 20) -> np.ndarray:
+    """Non-negative ``c`` with ``design @ c ~ y`` in relative terms: iteratively reweighted least
+    squares with weights 1 / predicted (a Gamma model: the spread of a job's cost grows with its
+    size). Dividing by the *measured* cost instead would pull every estimate low (a job measured
+    slow weighs less than one measured fast); dividing by the prediction does not."""
+    scale = y.copy()
+    coef = np.zeros(design.shape[1])
+    for _ in range(rounds):
+        coef, _ = nnls(design / scale[:, None], y / scale)
+        pred = design @ coef
+        new = np.maximum(pred, 1e-3 * y)
+        if np.allclose(new, scale, rtol=1e-6):
+            break
+        scale = new
+    return coef
+
+
 def fit_rule(rule: str, obs: list[tuple[str, Observation]]) -> RuleFit:
     """One rule's fit from ``(study, observation)`` pairs (module docstring)."""
     studies = tuple(sorted({s for s, _ in obs}))
@@ -145,7 +163,7 @@ def fit_rule(rule: str, obs: list[tuple[str, Observation]]) -> RuleFit:
     elif len(spread) < len(columns):  # keep the quantities that vary; the others ride on the overhead
         columns = spread
     design = np.stack(([np.ones_like(y)] if with_overhead else []) + [x[k] for k in columns], axis=1)
-    coef, _ = nnls(design[keep] / y[keep, None], np.ones(int(keep.sum())))
+    coef = _relative_fit(design[keep], y[keep])
     values = dict(zip((["overhead"] if with_overhead else []) + columns, coef.tolist()))
     result = RuleFit(rule, values.get("overhead", 0.0), values.get("gflop", 0.0), values.get("steps", 0.0),
                      len(obs), studies, 1.0, 1.0, note)

@@ -231,7 +231,14 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     pred = _rule("profile_predictions", ["profile_predictions"], gpu)
     for rid in plan.prediction_runs():
         c.profile(pred, "profile_predictions", rid, grad=False)
-    out += [pred, _rule("consistency", ["consistency"], False, notes=["distances between stored samples (CPU)"])]
+    # every pair of the consistency runs' sample sets: pixel distances, and (digits) both sets'
+    # digits-CNN features again per pair (`timestep_lab consistency`)
+    cons = _rule("consistency", ["consistency"], False, notes=["distances between stored samples (CPU)"])
+    n_pairs = math.comb(len(plan.consistency_runs()), 2)
+    if n_pairs and extractor == "digits-cnn":
+        cons.add("consistency", Work(extractor, extractor_flops(extractor), n_pairs * 2 * ev["num_samples"], "forward",
+                                     "fp32", step="features"))
+    out += [pred, cons]
     out += [_rule("verdicts", ["verdicts"], False), _rule("report", list(REPORTS), False),
             _rule("estimate", ["estimate"], False), _rule("index", ["index"], False),
             RuleCost("all", 1, False)]  # the default target: a job of Snakemake's, no benchmark file

@@ -133,6 +133,9 @@ def estimate(plan: Plan, device: str, calibration: Calibration | None = None,
     use_fit = calibration if (calibration is not None and not dev.gpu) else None
     rows = []
     for cost in rule_costs(plan):
+        if dev.gpu and not cost.gpu:  # a CPU job of a GPU study: no GPU-hours
+            rows.append(Row(cost, None, ""))
+            continue
         row = _priced_by_fit(cost, use_fit) if use_fit is not None else None
         rows.append(row or _priced_by_rates(cost, device))
     if use_fit is not None and use_fit.server_cpu_s is not None:
