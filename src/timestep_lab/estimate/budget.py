@@ -46,6 +46,7 @@ class TrainJobs:
     wall: tuple[float, float, float]
     redo_h: float  # wall hours of one checkpoint interval at the slow end: redone per resubmission
     submissions: int | None  # to finish at the slow end within runtime_min; None: never (redo >= limit)
+    submissions_saved: int  # the same when the job saves at the time limit (nothing redone)
     ask_min: int  # runtime_min that fits one job at the slow end with MARGIN
 
     @property
@@ -129,7 +130,8 @@ def advise(plan: Plan, est: "Estimate", device_gpu: bool | str, retries: int | N
         wall = tuple(h / per_job for h in hours)
         redo_h = redo_s / 3600 / per_job
         out.append(TrainJobs(len(jobs), key[0], key[1], hours, wall, redo_h,
-                             _submissions(wall[2], runtime / 60, redo_h), _ask(wall[2])))
+                             _submissions(wall[2], runtime / 60, redo_h), _submissions(wall[2], runtime / 60, 0.0),
+                             _ask(wall[2])))
     out.sort(key=lambda g: -g.hours[2] * g.runs)
     limit = max(10, runtime // 4)
     evaluation = []
@@ -171,8 +173,8 @@ def format_advice(a: Advice, show: int = 6) -> list[str]:
                      f"{a.runtime_min}; lower train.checkpoint_every_kimg or raise runtime_min")
         else:
             line += (f"does NOT fit runtime_min {a.runtime_min}: {g.submissions} submissions "
-                     f"({g.submissions - 1} resubmissions, each redoing up to {_h(g.redo_h)} of training "
-                     "without a save at the time limit)")
+                     f"({g.submissions - 1} resubmissions, each redoing up to {_h(g.redo_h)} of training, one "
+                     f"checkpoint interval; {g.submissions_saved} if the job saves at the time limit)")
             if a.retries is not None and g.submissions - 1 > a.retries:
                 line += f", more than the profile's {a.retries}: pass --retries {g.submissions - 1}"
         line += f"; to ask for: runtime_min {g.ask_min} (--time={clock(g.ask_min)}, the slow end + 10%)"
