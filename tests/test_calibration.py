@@ -12,7 +12,7 @@ import pytest
 from test_estimate import TINY
 from timestep_lab.estimate import plan_from_dict, rule_costs
 from timestep_lab.estimate.calibration import Store, fit_rule, job_features, observe
-from timestep_lab.estimate.table import estimate, format_table, to_json
+from timestep_lab.estimate.table import estimate, format_table
 from timestep_lab.reporting.cost import SERVER_ROW, job_usages, study_cost
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
