@@ -102,6 +102,15 @@ def test_one_job_size_is_fitted_as_proportional_to_work_and_says_so(plans):
     assert f.predict({k: 2 * v for k, v in obs[0].features.items()}) == pytest.approx(4.0)
 
 
+def test_jobs_with_and_without_work_separate_overhead_from_work():
+    from timestep_lab.estimate.calibration import Observation
+
+    obs = [("a", Observation("r", "j1", 1.0, True, {"gflop": 0.0, "steps": 0})),
+           ("a", Observation("r", "j2", 3.0, True, {"gflop": 4.0, "steps": 0}))]
+    f = fit_rule("r", obs)
+    assert (f.overhead, f.per_gflop, f.note) == (pytest.approx(1.0), pytest.approx(0.5), "")
+
+
 def test_the_range_spans_how_the_fit_did_on_each_study():
     from timestep_lab.estimate.calibration import Observation
 

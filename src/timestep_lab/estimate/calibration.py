@@ -124,7 +124,8 @@ def predict(rule_fit: RuleFit, work: Iterable[Work]) -> float:
 
 
 def _spread(values: np.ndarray) -> bool:
-    return values.size > 1 and values.min() > 0 and values.max() > SPREAD * values.min()
+    """Whether the jobs differ in this quantity enough to tell its cost from the overhead."""
+    return values.size > 1 and values.max() > 0 and values.max() > SPREAD * values.min()
 
 
 def _relative_fit(design: np.ndarray, y: np.ndarray, rounds: int = 20) -> np.ndarray:
