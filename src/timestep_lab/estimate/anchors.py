@@ -141,7 +141,7 @@ ANCHORS: tuple[Anchor, ...] = (
         derivation="50k images x 1000 DDPM steps in ~20 hours: 694 network evaluations/s",
         citation="Song et al., Denoising Diffusion Implicit Models (ICLR 2021), Sec. 1: 'it takes around 20 hours "
                  "to sample 50k images of size 32 x 32 from a DDPM, but less than a minute to do so from a GAN on "
-                 "an Nvidia 2080 Ti GPU'",
+                 "a Nvidia 2080 Ti GPU'",
     ),
     Anchor(
         name="DDIM: DDPM 256x256 sampling, RTX 2080 Ti",
