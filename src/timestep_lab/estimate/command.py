@@ -99,7 +99,8 @@ def _learn(plan, args, device: str):
     measured = None
     if (results / "benchmarks").is_dir():
         local = _local_rules()
-        observations, unknown = observe(rule_costs(plan), job_usages(results, logs), local)
+        rules = rule_costs(plan)
+        observations, unknown = observe(rules, job_usages(results, logs), local)
         server = read_server_usage(logs / "warm_start.log")
         servers = [server.cpu_s / server.jobs] * server.jobs if server is not None else []
         if observations:
@@ -110,11 +111,15 @@ def _learn(plan, args, device: str):
                                     f"(e.g. {unknown[0]})" if unknown else ""), file=sys.stderr)
         ran_on_gpu = plan.study["resources"].get("device") == "cuda"
         if ran_on_gpu == DEVICES[device].gpu:
-            costs = study_cost(results, logs, local)
+            try:
+                costs = study_cost(results, logs, local)
+            except ValueError as exc:  # a malformed benchmark file: say so, price without the comparison
+                print(f"warning: no measured cost beside the estimate: {exc}", file=sys.stderr)
+                return store.calibration(machine), None
             gpus = max(1, int(plan.study["resources"].get("gpus") or 0))
             measured = ({name: c.cpu_s for name, c in costs.items()} if not ran_on_gpu else
                         {name: c.wall_s * (gpus if name == "train" else 1) for name, c in costs.items()
-                         if name in {r.rule for r in rule_costs(plan) if r.gpu}})
+                         if name in {r.rule for r in rules if r.gpu}})
     return store.calibration(machine), measured
 
 
