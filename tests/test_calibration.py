@@ -145,7 +145,8 @@ def _usage(cpu: float):
 def test_the_cli_records_the_study_and_the_next_estimate_of_another_study_uses_the_fit(tmp_path, plans, capsys,
                                                                                       monkeypatch):
     """The CLI names the file: the first estimate of a run study records it there, the estimate of
-    another study reads the fit from it and says so; --no-calibration does neither."""
+    another study reads the fit from it and says so; --no-record only reads, --no-calibration does
+    neither."""
     import yaml
 
     from timestep_lab.cli import main
@@ -168,6 +169,10 @@ def test_the_cli_records_the_study_and_the_next_estimate_of_another_study_uses_t
     assert main(["estimate", "tiny.yaml", "--gpu", "cpu", "--calibration", str(cal), "--no-calibration",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["calibration"] is None
+    # the workflow's own estimate job (--no-record): priced from the file, this study's files left alone
+    assert main(["estimate", "tiny2.yaml", "--gpu", "cpu", "--calibration", str(tmp_path / "new.json"),
+                 "--no-record", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["calibration"] is None and not (tmp_path / "new.json").exists()
 
 
 def test_a_broken_calibration_file_is_one_error_line(tmp_path, capsys, monkeypatch):

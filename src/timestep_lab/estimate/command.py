@@ -7,8 +7,9 @@ Calibration (``--gpu cpu``, :mod:`calibration`): when the study has run (its ben
 under ``--results``, default ``results/<study>``, and its job logs under ``logs/<study>``), its
 jobs' measured CPU is recorded in the calibration file ``--calibration`` (default
 ``results/calibration.json``) under this machine's name, and the CPU figures of any study are
-then priced from the per-rule fit to every study recorded for this machine. ``--no-calibration``
-does neither. This module is where those paths and the machine's name are decided; the library
+then priced from the per-rule fit to every study recorded for this machine. ``--no-record`` only
+prices (the workflow's estimate job: the study is just starting, its cost files are partial or
+stale); ``--no-calibration`` does neither. This module is where those paths and the machine's name are decided; the library
 below reads only what it is given.
 
 Knows argparse and this package; knows nothing of the CLI's entry or other commands.
@@ -45,6 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              f"per-rule fit to them (default: {DEFAULT_CALIBRATION})")
     parser.add_argument("--no-calibration", action="store_true",
                         help="neither record the study's measured cost nor price from a fit")
+    parser.add_argument("--no-record", action="store_true",
+                        help="price from the calibration file as it is, without reading this study's cost files "
+                             "(the workflow's own estimate job, which runs as the study starts)")
     parser.add_argument("--results", default=None, metavar="DIR",
                         help="the study's results folder to learn from (default: results/<study>)")
     parser.add_argument("--logs", default=None, metavar="DIR", help="its job logs (default: logs/<study>)")
@@ -97,7 +101,7 @@ def _learn(plan, args, device: str):
     store = Store.load(args.calibration)
     machine = machine_name()
     measured = None
-    if (results / "benchmarks").is_dir():
+    if not args.no_record and (results / "benchmarks").is_dir():
         local = _local_rules()
         rules = rule_costs(plan)
         observations, unknown = observe(rules, job_usages(results, logs), local)
