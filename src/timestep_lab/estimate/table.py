@@ -15,7 +15,7 @@ Knows rules, rates, fits and layout; knows nothing of Snakemake or the CLI.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from timestep_lab.estimate.budget import Advice, advise, format_advice
@@ -32,7 +32,7 @@ __all__ = ["Row", "Estimate", "estimate", "format_table", "to_json", "human"]
 class Row:
     cost: RuleCost
     gpu_hours: float | None  # central figure; None: the rule runs without a GPU (or, on the CPU, is not priced)
-    basis: str  # "3 published anchors", "measured ...", "assumed MFU 30%", "fit: ...", or "" for CPU jobs
+    basis: str  # per step kind "published", "measured", "assumed MFU 30%"; "fit ..." on a calibration; "" for CPU jobs
     low: float | None = None  # hours at the fast end of the evidence
     high: float | None = None  # hours at the slow end
     sources: tuple[tuple[str, str, str, str, float], ...] = ()  # (step, model, key, description, images/s here)
@@ -83,7 +83,7 @@ def _priced_by_rates(cost: RuleCost, device: str) -> Row:
     dev = DEVICES[device]
     jobs: dict[str, tuple[float, float, float]] = {}
     bases: list[str] = []
-    sources: list[str] = []
+    sources: list[tuple[str, str, str, str, float]] = []
     for job, work in cost.job_work.items():
         c = lo = hi = 0.0
         for w in work:
@@ -116,7 +116,8 @@ def _priced_by_fit(cost: RuleCost, calibration: Calibration) -> Row | None:
         return None
     jobs = {job: predict(f, work) for job, work in cost.job_work.items()}
     seconds = sum(jobs.values())
-    basis = f"fit {f.describe()} ({f.jobs} job{'s' if f.jobs != 1 else ''} of {', '.join(f.studies)})" + (f"; {f.note}" if f.note else "")
+    basis = f"fit {f.describe()} ({f.jobs} job{'s' if f.jobs != 1 else ''} of {', '.join(f.studies)})"
+    basis += f"; {f.note}" if f.note else ""
     return Row(cost, seconds / 3600, basis, seconds * f.low / 3600, seconds * f.high / 3600, (),
                {j: (s, s * f.low, s * f.high) for j, s in jobs.items()})
 
@@ -143,8 +144,7 @@ def estimate(plan: Plan, device: str, calibration: Calibration | None = None,
         rows.append(Row(RuleCost(SERVER_ROW, 1, False), s, "mean of the servers measured", s, s))
     priced = Estimate(plan.study["study"], plan.source, device, rows, use_fit.describe() if use_fit else None,
                       None, dict(measured) if measured is not None else None)
-    return Estimate(priced.study, priced.source, device, rows, priced.calibration,
-                    advise(plan, priced, device, retries), priced.measured)
+    return replace(priced, advice=advise(plan, priced, device, retries))
 
 
 def human(x: float, unit: str = "") -> str:
