@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from timestep_lab.config import config_from_dict
 from timestep_lab.estimate.study import Plan
+from timestep_lab.estimate.throughput import DEVICES
 
 if TYPE_CHECKING:  # table imports this module; the estimate it passes is only read here
     from timestep_lab.estimate.table import Estimate
@@ -100,12 +101,11 @@ def _submissions(wall_h: float, limit_h: float, redo_h: float) -> int | None:
     return 1 + math.ceil((wall_h - limit_h) / (limit_h - redo_h))
 
 
-def advise(plan: Plan, est: "Estimate", device_gpu: bool | str, retries: int | None = None) -> Advice | None:
-    """The budget of ``est`` (priced from ``plan``): training jobs grouped by size, the longest
-    job of every other GPU rule, the study's total. None when training is not priced."""
-    from timestep_lab.estimate.throughput import DEVICES
-
-    gpu = DEVICES[device_gpu].gpu if isinstance(device_gpu, str) else bool(device_gpu)
+def advise(plan: Plan, est: "Estimate", device: str, retries: int | None = None) -> Advice | None:
+    """The budget of ``est`` (priced from ``plan`` on ``device``, a key of ``DEVICES``): training
+    jobs grouped by size, the longest job of every other GPU rule, the study's total. None when
+    training is not priced."""
+    gpu = DEVICES[device].gpu
     res = plan.study["resources"]
     runtime = int(res.get("runtime_min") or 60)
     per_job = max(1, int(res.get("gpus") or 0)) if gpu else 1
