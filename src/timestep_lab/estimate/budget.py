@@ -50,10 +50,6 @@ class TrainJobs:
     submissions_saved: int  # the same when the job saves at the time limit (nothing redone)
     ask_min: int  # runtime_min that fits one job at the slow end with MARGIN
 
-    @property
-    def fits(self) -> str:
-        return "yes" if self.submissions == 1 else "no"
-
 
 @dataclass(frozen=True)
 class EvalJob:
