@@ -209,3 +209,20 @@ def test_the_budget_counts_resubmissions_at_the_slow_end():
     assert group.submissions == 1 + math.ceil((wall - limit) / (limit - redo)) > 1
     assert group.ask_min == math.ceil(wall * 60 * 1.1 / 15) * 15
     assert clock(2445) == "40:45:00" and clock(75) == "1:15:00"
+
+
+def test_a_sampling_job_longer_than_its_limit_is_flagged():
+    """Sampling and scoring jobs get max(10, runtime_min // 4) minutes and cannot resume: the budget
+    flags the longest one when its slow end is past that, and says what runtime_min would fit it."""
+    from timestep_lab.estimate.budget import format_advice
+
+    study = copy.deepcopy(TINY)
+    study["resources"] = {"device": "cpu", "runtime_min": 20}
+    study["evaluation"] = {**study["evaluation"], "num_samples": 2_000_000}
+    advice = estimate(plan_from_dict(study, "big.yaml"), "cpu").advice
+    checks = {e.rule: e for e in advice.evaluation}
+    assert checks["sample_score"].limit_min == 10  # max(10, 20 // 4)
+    assert checks["sample_score"].wall[2] * 60 > 10 and not checks["sample_score"].fits
+    assert checks["profile_losses"].fits
+    text = "\n".join(format_advice(advice))
+    assert "sample_score: longest job" in text and "does NOT fit (no resume)" in text
