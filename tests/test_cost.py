@@ -192,9 +192,9 @@ def test_index_shows_the_estimate_beside_the_measured_cost(tmp_path):
     rows = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
             for r in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)[1:]]
     # 0.0061 CPU-h = 21.96 CPU-s estimated against 21.0 measured
-    assert rows[0] == ["train", "2", "0.0061", "0.005-0.007", "measured", "2", "21.0", "22.0", "320", "1.05"]
+    assert rows[0] == ["train", "2", "22", "18-25.2", "measured", "2", "21.0", "22.0", "320", "1.05"]
     assert rows[-1][:1] == ["total"] and rows[-1][5:7] == ["4", "25.0"] and rows[-1][-1] == "0.88"
-    assert "CPU-core-hours" in html and "CPU core" in html and "calibrated on this machine (x)" in html
+    assert "CPU-s (est.)" in html and "CPU core" in html and "calibrated on this machine (x)" in html
 
 
 def test_snakemake_samples_a_benchmarked_job_only_at_its_start(tmp_path):
