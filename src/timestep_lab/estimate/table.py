@@ -211,6 +211,9 @@ def format_table(est: Estimate) -> str:
     out = [f"# {est.study} ({est.source}) on {dev.name}"]
     if est.calibration:
         out.append(f"# {est.calibration}")
+    elif not dev.gpu:
+        out.append("# not calibrated on this machine: FLOPs at the rates below, bookkeeping jobs unpriced; run a "
+                   "study, then estimate it again to fit this machine (docs/methods.md §11.2)")
     out += [fmt(head), rule, *map(fmt, lines), rule, fmt(total)]
     notes = [f"  {r.cost.rule}: {n}" for r in est.rows for n in r.cost.notes]
     if notes:
