@@ -164,6 +164,13 @@ def test_estimate_beside_measured_cost(tmp_path):
     assert (rows["train"]["est_jobs"], rows["train"]["jobs"], rows["train"]["cpu_s"]) == (2, 2, 21.0)
     assert rows["report"]["jobs"] is None and rows["evaluate"]["est_jobs"] is None
     assert (rows["total"]["est_jobs"], rows["total"]["jobs"], rows["total"]["cpu_s"]) == (10, 4, 25.0)
+    assert rows["train"]["ratio"] is None  # a GPU estimate (no device: not "cpu") against a study with no GPU rule
+    cpu = {r["rule"]: r for r in estimate_vs_measured({**est, "device": "cpu"}, study_cost(_study(tmp_path)))}
+    assert cpu["train"]["ratio"] == pytest.approx(0.01 * 3600 / 21.0) and cpu["total"]["ratio"] == pytest.approx(36 / 25)
+    gpu = {**est, "device": "h100", "rules": [{**est["rules"][0], "gpu": True}, est["rules"][1]],
+           "budget": {"devices_per_job": 2}}
+    rows = {r["rule"]: r for r in estimate_vs_measured(gpu, study_cost(_study(tmp_path)))}
+    assert rows["train"]["ratio"] == pytest.approx(36 / (22.0 * 2))  # the GPU-seconds two-GPU jobs held
 
 
 def test_index_shows_the_estimate_beside_the_measured_cost(tmp_path):
@@ -172,8 +179,10 @@ def test_index_shows_the_estimate_beside_the_measured_cost(tmp_path):
     res = _study(tmp_path)
     (res / "summary.json").write_text(json.dumps({"runs": 2, "failed_runs": []}))
     est = res / "estimate.json"
-    est.write_text(json.dumps({"device": "cpu", "device_name": "CPU core", "rules": [
-        {"rule": "train", "jobs": 2, "gpu_hours": 0.0061, "basis": "measured"}], "total": {"jobs": 2, "gpu_hours": 0.0061}}))
+    est.write_text(json.dumps({"device": "cpu", "device_name": "CPU core", "calibration": "calibrated on this machine (x)",
+                               "rules": [{"rule": "train", "jobs": 2, "gpu_hours": 0.0061, "gpu_hours_low": 0.005,
+                                          "gpu_hours_high": 0.007, "basis": "measured"}],
+                               "total": {"jobs": 2, "gpu_hours": 0.0061}}))
     html = render_index(ROOT / "reports" / "index.html.j2", tmp_path / "index.html", study="toy",
                         summary=res / "summary.json", reports=[], config_source="config/toy.yaml",
                         estimate=est, results_dir=res).read_text()
@@ -182,9 +191,10 @@ def test_index_shows_the_estimate_beside_the_measured_cost(tmp_path):
 
     rows = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
             for r in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)[1:]]
-    assert rows[0] == ["train", "2", "0.0061", "measured", "2", "21.0", "22.0", "320"]
-    assert rows[-1][:1] == ["total"] and rows[-1][4:6] == ["4", "25.0"]
-    assert "CPU-core-hours" in html and "CPU core" in html
+    # 0.0061 CPU-h = 21.96 CPU-s estimated against 21.0 measured
+    assert rows[0] == ["train", "2", "22", "18-25.2", "measured", "2", "21.0", "22.0", "320", "1.05"]
+    assert rows[-1][:1] == ["total"] and rows[-1][5:7] == ["4", "25.0"] and rows[-1][-1] == "0.88"
+    assert "CPU-s (est.)" in html and "CPU core" in html and "calibrated on this machine (x)" in html
 
 
 def test_snakemake_samples_a_benchmarked_job_only_at_its_start(tmp_path):

@@ -88,7 +88,9 @@ rule index:
 
 
 rule estimate:
-    """What the study should cost, per rule (the study index shows it beside the measured cost)."""
+    """What the study should cost, per rule (the study index shows it beside the measured cost):
+    priced with this machine's CPU calibration when there is one, without recording this study,
+    which is only starting (`estimate` run by hand after the study records it)."""
     input:
         CONFIG_SOURCE,
     output:
@@ -100,4 +102,4 @@ rule estimate:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab estimate {input:q} --out {output:q} > {log} 2>&1"
+        "python -m timestep_lab estimate {input:q} --out {output:q} --no-record > {log} 2>&1"

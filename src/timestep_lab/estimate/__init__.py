@@ -1,10 +1,14 @@
-"""What a study costs before it runs: jobs, images, network evaluations, FLOPs, GPU-hours and
-disk per Snakemake rule (``python -m timestep_lab estimate STUDY.yaml``).
+"""What a study costs before it runs: jobs, images, network evaluations, FLOPs, GPU-hours (with
+their range and sources) and disk per Snakemake rule, and the budget to ask a cluster for
+(``python -m timestep_lab estimate STUDY.yaml``).
 
 Layers, bottom up: ``study`` (the config as the workflow sees it, and which runs each rule
-covers), ``flops`` (FlopCounterMode counts of the networks), ``throughput`` (measured images/s,
-else peak FLOP/s x an assumed MFU), ``rules`` (work per rule), ``table`` (prices and layout),
-``command`` (the CLI command). Nothing here runs a job or touches a GPU.
+covers), ``flops`` (FlopCounterMode counts of the networks), ``anchors`` (published GPU
+throughput with citations, and how it is carried to our networks), ``throughput`` (measured
+images/s, else the anchors, else an assumed MFU), ``rules`` (work per rule and job),
+``calibration`` (per-rule CPU fits to finished studies on this machine), ``budget`` (time
+limits and resubmissions per training job), ``table`` (prices and layout), ``command`` (the CLI
+command). Nothing here runs a job or touches a GPU.
 """
 
 import importlib
@@ -17,6 +21,9 @@ _WHERE = {
     **dict.fromkeys(("Plan", "load_plan", "plan_from_dict"), "study"),
     **dict.fromkeys(("Estimate", "estimate", "format_table", "to_json"), "table"),
     **dict.fromkeys(("DEVICES", "MEASURED", "device_for", "rate"), "throughput"),
+    **dict.fromkeys(("ANCHORS", "CARDS", "scaled_anchors"), "anchors"),
+    **dict.fromkeys(("Calibration", "Store", "fit", "observe"), "calibration"),
+    **dict.fromkeys(("Advice", "advise"), "budget"),
 }
 __all__ = list(_WHERE)
 

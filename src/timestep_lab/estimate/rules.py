@@ -16,7 +16,7 @@ pulls in, :func:`rule_costs` counts over the same run lists the rule is expanded
   (``range(0, T, stride)`` plus T-1) per model, plus ``grad_samples`` forward + backward passes
   at each of ``grad_timesteps`` timesteps for the reference.
 * ``sample_score_contribution``: one sampling + scoring job per t range.
-* CPU-only bookkeeping rules (run configs, collection, slots, reports) count jobs only.
+* CPU-only bookkeeping rules (run configs, collection, slots, reports, this estimate) count jobs only.
 
 It counts work; it knows nothing of devices, rates or prices (see ``throughput``/``table``).
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from timestep_lab.estimate.flops import NetworkCost, extractor_flops, network_co
 from timestep_lab.estimate.study import REPORTS, Plan
 from timestep_lab.sampling import respaced_timesteps
 from timestep_lab.studies.profile import profile_timesteps
+from timestep_lab.workflow import prepared_dir
 
 __all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "FID_TOOLS"]
 
@@ -42,13 +44,20 @@ FEATURE_DIMS = {"inception-v3": 2048, "digits-cnn": 64}
 
 @dataclass(frozen=True)
 class Work:
-    """``images`` passes of one network: ``kind`` is train (forward + backward) or forward."""
+    """``images`` passes of one network: ``kind`` is train (forward + backward) or forward.
+
+    ``step`` is what the pass is for, the key of the published throughput anchors
+    (:mod:`anchors`): ``train`` (a training image, optimizer included), ``sample`` (one
+    network evaluation of a sampling or profiling step) or ``features`` (one image through
+    the FID extractor). ``steps`` counts the optimizer steps of training work (0 otherwise)."""
 
     model: str  # NetworkCost.key, or the extractor's name
     flops_per_image: int
     images: int
     kind: str  # "train" | "forward"
     precision: str | None = None  # None: the device's default (bf16 on a GPU, fp32 on a CPU)
+    step: str = "sample"  # "train" | "sample" | "features"
+    steps: int = 0
 
     @property
     def flops(self) -> float:
@@ -57,6 +66,10 @@ class Work:
 
 @dataclass
 class RuleCost:
+    """One rule's jobs and their work. ``job_work`` maps every job, by the name of its benchmark
+    file (``results/<study>/benchmarks/<rule>/<job>.tsv``), to the work it does (empty for a
+    bookkeeping job): the calibration matches measured jobs to it (:mod:`calibration`)."""
+
     rule: str
     jobs: int
     gpu: bool  # a GPU rule: it asks for a GPU when the study's resources.device is cuda
@@ -66,10 +79,20 @@ class RuleCost:
     disk_bytes: int = 0
     work: list[Work] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    job_work: dict[str, list[Work]] = field(default_factory=dict)
 
     @property
     def flops(self) -> float:
         return sum(w.flops for w in self.work)
+
+    def add(self, job: str, work: Work) -> None:
+        self.work.append(work)
+        self.job_work.setdefault(job, []).append(work)
+
+
+def _rule(name: str, jobs: list[str], gpu: bool, **kw) -> RuleCost:
+    """A rule of ``jobs`` (benchmark file names), none with work yet."""
+    return RuleCost(name, len(jobs), gpu, job_work={j: [] for j in jobs}, **kw)
 
 
 def trained_images(cfg: RunConfig) -> int:
@@ -111,101 +134,114 @@ class _Counter:
         sample = {**(self.plan.runs[rid].config.get("sample") or {}), **self.plan.evaluation["sample"]}
         return len(respaced_timesteps(self.cfg(rid).diffusion.num_timesteps, sample.get("steps")))
 
-    def sampling(self, cost: RuleCost, rid: str, n: int, keep: bool) -> None:
+    def sampling(self, cost: RuleCost, job: str, rid: str, n: int, keep: bool) -> None:
         net, steps = self.net(rid), self.steps(rid)
         cost.images_sampled += n
         cost.evaluations += n * steps
-        cost.work.append(Work(net.key, net.forward, n * steps, "forward"))
+        cost.add(job, Work(net.key, net.forward, n * steps, "forward", step="sample"))
         cost.disk_bytes += n * self.img_bytes if keep else 0
 
-    def features(self, cost: RuleCost, n: int) -> None:
+    def features(self, cost: RuleCost, job: str, n: int) -> None:
         name = self.plan.evaluation["extractor"]
-        cost.work.append(Work(name, extractor_flops(name), n * FID_TOOLS, "forward", "fp32"))
+        cost.add(job, Work(name, extractor_flops(name), n * FID_TOOLS, "forward", "fp32", step="features"))
 
-    def profile(self, cost: RuleCost, rid: str, grad: bool) -> None:
+    def profile(self, cost: RuleCost, job: str, rid: str, grad: bool) -> None:
         p = (self.plan.study.get("analyses") or {}).get("loss_profile") or {}
         net, T = self.net(rid), self.cfg(rid).diffusion.num_timesteps
         n = int(p.get("num_images", 256)) * len(profile_timesteps(T, int(p.get("stride", 1))))
         cost.evaluations += n
-        cost.work.append(Work(net.key, net.forward, n, "forward"))
+        cost.add(job, Work(net.key, net.forward, n, "forward", step="sample"))
         if grad and int(p.get("grad_timesteps", 0)) > 0:
             ts = {int(round(v)) for v in np.linspace(0, T - 1, int(p["grad_timesteps"]))}  # as loss_profile
             g = len(ts) * max(1, int(p.get("grad_samples", 16)))
             cost.evaluations += g
-            cost.work.append(Work(net.key, net.train, g, "train"))
+            cost.add(job, Work(net.key, net.train, g, "train", step="train"))
 
 
 def rule_costs(plan: Plan) -> list[RuleCost]:
-    """One :class:`RuleCost` per rule of the study's default target, in workflow order."""
+    """One :class:`RuleCost` per rule of the study's default target, in workflow order, each
+    job named as its benchmark file is (``workflow/rules/*.smk``: the run id, the t-range label,
+    the report name, or the rule's own name for a one-job rule)."""
     c = _Counter(plan)
     gpu = True  # the rules with network work ask for a GPU on a cuda study (train_resources / gpu_resources)
     ev = plan.evaluation
     out: list[RuleCost] = []
 
-    prep = RuleCost("prepare_data", len(plan.prepared_splits()), False)
-    prep.disk_bytes = sum(plan.split_size(s) * c.img_bytes for s in plan.prepared_splits())
+    splits = plan.prepared_splits()
+    prep = _rule("prepare_data", [Path(prepared_dir(plan.study["data"], s)).name for s in splits], False)
+    prep.disk_bytes = sum(plan.split_size(s) * c.img_bytes for s in splits)
     out.append(prep)
-    out.append(RuleCost("run_config", len(plan.trained_runs()), False))
+    out.append(_rule("run_config", plan.trained_runs(), False))
 
-    train = RuleCost("train", len(plan.trained_runs()), gpu)
+    train = _rule("train", plan.trained_runs(), gpu)
     for rid in plan.trained_runs():
         cfg, net = c.cfg(rid), c.net(rid)
         images = trained_images(cfg)
         train.images_trained += images
         train.evaluations += images
         precision = None if cfg.train.precision == "auto" else cfg.train.precision
-        train.work.append(Work(net.key, net.train, images, "train", precision))
+        train.add(rid, Work(net.key, net.train, images, "train", precision, step="train",
+                            steps=images // cfg.train.batch_size))
         train.disk_bytes += net.params * 4 * (2 + 4 + snapshot_count(cfg))
     out.append(train)
 
     extractor = ev["extractor"]
     if extractor == "digits-cnn":
-        out.append(RuleCost("train_features", 1, False, notes=["a small CNN on the digits (seconds)"]))
-    ref = RuleCost("reference_stats", 1, gpu)
+        out.append(_rule("train_features", ["train_features"], False, notes=["a small CNN on the digits (seconds)"]))
+    ref = _rule("reference_stats", ["reference_stats"], gpu)
     n_ref = plan.split_size(plan.study["data"]["train_split"])
     n_ref = min(n_ref, ev["reference_max_images"] or n_ref)
-    c.features(ref, n_ref)
+    c.features(ref, "reference_stats", n_ref)
     dim = FEATURE_DIMS.get(extractor, 2048)
     ref.disk_bytes = FID_TOOLS * (dim * dim * 8 + n_ref * dim * 4)
     out.append(ref)
 
-    scored = RuleCost("sample_score", len(plan.evaluated_runs()), gpu)  # sampling and scoring in one job
+    scored = _rule("sample_score", plan.evaluated_runs(), gpu)  # sampling and scoring in one job
     for rid in plan.evaluated_runs():
-        c.sampling(scored, rid, ev["num_samples"], keep=True)
-        c.features(scored, ev["num_samples"])
+        c.sampling(scored, rid, rid, ev["num_samples"], keep=True)
+        c.features(scored, rid, ev["num_samples"])
     out.append(scored)
 
-    progress = RuleCost("evaluate_progress", len(plan.progress_runs()), gpu)
+    progress = _rule("evaluate_progress", plan.progress_runs(), gpu)
     points = 0
     for rid in plan.progress_runs():
         n = snapshot_count(c.cfg(rid))
         points += n
-        c.sampling(progress, rid, n * ev["progress_num_samples"], keep=False)
-        c.features(progress, n * ev["progress_num_samples"])
+        c.sampling(progress, rid, rid, n * ev["progress_num_samples"], keep=False)
+        c.features(progress, rid, n * ev["progress_num_samples"])
     if progress.jobs:
         progress.notes.append(f"{points} snapshots x {ev['progress_num_samples']} samples")
-    out += [progress, RuleCost("collect", 1, False)]
+    out += [progress, _rule("collect", ["collect"], False)]
 
-    prof = RuleCost("profile_losses", len(plan.profiled_runs()), gpu)
+    prof = _rule("profile_losses", plan.profiled_runs(), gpu)
     for rid in plan.profiled_runs():
-        c.profile(prof, rid, grad=rid == "reference")
-    out += [prof, RuleCost("slots", 1, False), RuleCost("interference", 1, False)]
+        c.profile(prof, rid, rid, grad=rid == "reference")
+    out += [prof, _rule("slots", ["slots"], False), _rule("interference", ["interference"], False)]
     if plan.finetune_runs() and plan.control_runs():
-        out.append(RuleCost("interference_control", 1, False))
+        out.append(_rule("interference_control", ["interference_control"], False))
 
     labels = plan.contribution_labels()
     n_contrib = int(((plan.study.get("analyses") or {}).get("timestep_contribution") or {}).get("num_samples", 500))
-    contrib = RuleCost("sample_score_contribution", len(labels), gpu)
-    for _ in labels:
-        c.sampling(contrib, "reference", n_contrib, keep=True)
-        c.features(contrib, n_contrib)
-    out += [contrib, RuleCost("posterior", 1, False)]
+    contrib = _rule("sample_score_contribution", labels, gpu)
+    for label in labels:
+        c.sampling(contrib, label, "reference", n_contrib, keep=True)
+        c.features(contrib, label, n_contrib)
+    out += [contrib, _rule("posterior", ["posterior"], False)]
 
-    pred = RuleCost("profile_predictions", 1, gpu)
+    pred = _rule("profile_predictions", ["profile_predictions"], gpu)
     for rid in plan.prediction_runs():
-        c.profile(pred, rid, grad=False)
-    out += [pred, RuleCost("consistency", 1, False, notes=["distances between stored samples (CPU)"])]
-    out += [RuleCost("verdicts", 1, False), RuleCost("report", len(REPORTS), False), RuleCost("index", 1, False), RuleCost("all", 1, False)]
+        c.profile(pred, "profile_predictions", rid, grad=False)
+    # every pair of the consistency runs' sample sets: pixel distances, and (digits) both sets'
+    # digits-CNN features again per pair (`timestep_lab consistency`)
+    cons = _rule("consistency", ["consistency"], False, notes=["distances between stored samples (CPU)"])
+    n_pairs = math.comb(len(plan.consistency_runs()), 2)
+    if n_pairs and extractor == "digits-cnn":
+        cons.add("consistency", Work(extractor, extractor_flops(extractor), n_pairs * 2 * ev["num_samples"], "forward",
+                                     "fp32", step="features"))
+    out += [pred, cons]
+    out += [_rule("verdicts", ["verdicts"], False), _rule("report", list(REPORTS), False),
+            _rule("estimate", ["estimate"], False), _rule("index", ["index"], False),
+            RuleCost("all", 1, False)]  # the default target: a job of Snakemake's, no benchmark file
     if c.notes:
         train.notes += sorted(c.notes)
     return out

@@ -33,7 +33,7 @@ from typing import Iterable, Mapping, NamedTuple
 from timestep_lab.usage import SERVER_USAGE_LINE, USAGE_LINE
 
 __all__ = ["RuleCost", "Usage", "SERVER_ROW", "total", "read_benchmark", "read_usage", "read_server_usage", "study_cost",
-           "logs_dir_of", "local_rules", "format_cost", "estimate_vs_measured"]
+           "logs_dir_of", "job_usages", "local_rules", "format_cost", "estimate_vs_measured"]
 
 
 #: the row of the warm-start server(s) of a study (not a rule: no benchmark file)
@@ -168,6 +168,23 @@ def study_cost(results_dir: str | Path, logs_dir: str | Path | None = None,
     return dict(sorted(costs.items(), key=lambda kv: -kv[1].cpu_s))
 
 
+def job_usages(results_dir: str | Path, logs_dir: str | Path) -> dict[str, dict[str, Usage | None]]:
+    """Per rule, per job (its benchmark file's name under ``<results_dir>/benchmarks/<rule>/``), the
+    usage line of its log, None where the log has none: what ``estimate`` fits its per-rule CPU
+    throughput to (:mod:`timestep_lab.estimate.calibration`).
+
+    :raises FileNotFoundError: when the study has no benchmark folder."""
+    root = Path(results_dir) / "benchmarks"
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no benchmark files; run the study first (every rule writes one)")
+    out: dict[str, dict[str, Usage | None]] = {}
+    for rule_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for tsv in sorted(rule_dir.rglob("*.tsv")):
+            job = tsv.relative_to(rule_dir).with_suffix("").as_posix()
+            out.setdefault(rule_dir.name, {})[job] = read_usage(Path(logs_dir) / rule_dir.name / f"{job}.log")
+    return out
+
+
 def logs_dir_of(results_dir: str | Path) -> Path:
     """The logs folder the workflow pairs with ``results/<study>``: ``logs/<study>`` beside ``results/``."""
     res = Path(results_dir)
@@ -220,19 +237,45 @@ def estimate_vs_measured(estimate: Mapping | None, measured: Mapping[str, RuleCo
     from ``python -m timestep_lab estimate STUDY --out``) beside what its jobs measured.
 
     Each row: ``rule``, ``est_jobs``, ``est_hours`` (GPU-hours, or CPU-core-hours on ``cpu``),
-    ``est_basis``, ``jobs``, ``cpu_s``, ``wall_s``, ``max_rss_mb`` (None where one side has no
-    such rule); rules in estimate order, then rules only measured; a last row ``total``."""
+    ``est_low`` / ``est_high`` (its range), ``est_basis``, ``jobs``, ``cpu_s``, ``wall_s``,
+    ``max_rss_mb`` (None where one side has no such rule) and ``ratio``: estimate over measured,
+    where the measured side is the rule's CPU-s for a CPU estimate, and the GPU-seconds its jobs
+    held (wall-s, times the GPUs of a training job) for a GPU rule of a GPU estimate. Rules in
+    estimate order, then rules only measured; a last row ``total``."""
+    est = estimate or {}
+    on_cpu = est.get("device") == "cpu"
+    gpus = int(((est.get("budget") or {}).get("devices_per_job")) or 1)
+    gpu_rules = {r["rule"] for r in est.get("rules", []) if r.get("gpu")}
     rows: dict[str, dict] = {}
-    for r in (estimate or {}).get("rules", []):
+    for r in est.get("rules", []):
         rows[r["rule"]] = {"rule": r["rule"], "est_jobs": r.get("jobs"), "est_hours": r.get("gpu_hours"),
+                           "est_low": r.get("gpu_hours_low"), "est_high": r.get("gpu_hours_high"),
                            "est_basis": r.get("basis") or ""}
     for name, c in measured.items():
-        rows.setdefault(name, {"rule": name, "est_jobs": None, "est_hours": None, "est_basis": ""})
+        rows.setdefault(name, {"rule": name, "est_jobs": None, "est_hours": None, "est_low": None, "est_high": None,
+                               "est_basis": ""})
         rows[name].update(jobs=c.jobs, cpu_s=c.cpu_s, wall_s=c.wall_s, max_rss_mb=c.max_rss_mb)
-    out = [{"jobs": None, "cpu_s": None, "wall_s": None, "max_rss_mb": None, **r} for r in rows.values()]
-    total_est = (estimate or {}).get("total") or {}
+
+    def seconds(name: str, c: RuleCost) -> float | None:
+        if on_cpu:
+            return c.cpu_s
+        return c.wall_s * (gpus if name == "train" else 1) if name in gpu_rules else None
+
+    def ratio(hours: float | None, meas: float | None) -> float | None:
+        return hours * 3600 / meas if hours and meas else None
+
+    out = []
+    for r in rows.values():
+        row = {"jobs": None, "cpu_s": None, "wall_s": None, "max_rss_mb": None, **r}
+        c = measured.get(r["rule"])
+        row["ratio"] = ratio(r["est_hours"], seconds(r["rule"], c) if c is not None else None)
+        out.append(row)
+    total_est = est.get("total") or {}
     whole = total(measured)
+    compared = [seconds(n, c) for n, c in measured.items()]
     out.append({"rule": "total", "est_jobs": total_est.get("jobs"), "est_hours": total_est.get("gpu_hours"),
+                "est_low": total_est.get("gpu_hours_low"), "est_high": total_est.get("gpu_hours_high"),
                 "est_basis": "", "jobs": whole.jobs, "cpu_s": whole.cpu_s, "wall_s": whole.wall_s,
-                "max_rss_mb": whole.max_rss_mb if measured else None})
+                "max_rss_mb": whole.max_rss_mb if measured else None,
+                "ratio": ratio(total_est.get("gpu_hours"), sum(x for x in compared if x) if measured else None)})
     return out

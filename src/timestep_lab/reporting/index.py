@@ -63,6 +63,7 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
         reports=[{"name": Path(r).stem.replace("_", " "), "file": Path(r).name} for r in reports],
         pending=pending or [], papers=PAPER_NUMBERS, cost=cost,
         cost_device=(est or {}).get("device_name", "n/a"), cost_gpu=bool(est and est.get("device") != "cpu"),
+        cost_calibration=(est or {}).get("calibration"),
     )
     atomic_write_text(out_html, page)
     return Path(out_html)
