@@ -12,7 +12,8 @@ resumes from that state, bit-exactly on CPU. SIGINT (Ctrl-C) still interrupts at
 
 Under torchrun every rank gets the signal, not necessarily before the same step; ranks agree
 (an all-reduce of the flag) every :data:`AGREE_EVERY` steps so that all stop after the same one,
-without a host sync per step. Must not know the training step or files.
+without a host sync per step (a SIGTERM to one rank only stops all of them within 16 steps; the
+launcher then exits 1, which Snakemake resubmits as well). Must not know the training step or files.
 """
 
 from __future__ import annotations
