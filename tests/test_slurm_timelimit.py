@@ -6,7 +6,9 @@ The warning is sent with ``scancel --signal=TERM <job>``: SLURM delivers it to t
 exactly as it delivers the profile's ``--signal=TERM@<s>`` when the limit nears (SLURM's smallest
 ``--time`` is a minute, and it may send that signal up to a minute early: a real limit would cost
 minutes and land anywhere). That the profile asks sbatch for the warning is checked on sbatch's
-command line. One study of one run, its data prepared here: about 40 s.
+command line. One study of one run, its data copied in (no prepare job): 60-90 s on a loaded
+2-core machine, most of it two SLURM job attempts (two Snakemake starts and a torch import each)
+and the executor noticing each one's end (plugin 2.8.0 polls 2, 14, 36 s after a submission).
 """
 
 from __future__ import annotations
@@ -108,6 +110,9 @@ def test_train_job_signalled_at_its_time_limit_resumes_bit_exactly(slurm_cluster
                      if j["comment"] == f"rule_train_wildcards_{RUN}"), key=lambda j: int(j["id"]))
     assert [j["state"] for j in trains] == ["FAILED", "COMPLETED"], (trains, _tail(log))
     assert trains[0]["id"] == victim and "Trying to restart job" in log
+    # (its log, shown by Snakemake as a failed job's: show-failed-logs)
+    assert re.search(r"stopped by SIGTERM at [\d.]+ kimg \(step \d+\); the state is saved in \S+: rerun to continue",
+                     log), _tail(log)
     # ... and the second attempt resumed from the state the first one saved at the signal (the
     # only checkpoint of the config is the final one)
     train_log = (root / "logs" / STUDY / "train" / f"{RUN}.log").read_text()
