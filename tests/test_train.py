@@ -231,3 +231,56 @@ def test_snapshots_closer_than_one_kimg_do_not_collide(digits_dir, tmp_path):
     assert [p.name for p in snaps] == [snapshot_name(n) for n in (160, 320, 480, 640)]
     assert [load_torch(p)["nimg"] for p in snaps] == [160, 320, 480, 640]  # consumers read nimg from metadata
     assert snapshot_name(1_500) < snapshot_name(12_000) < snapshot_name(100_000_000)  # names sort by images seen
+
+
+# ------------------------------------------------------------------ a signal (SLURM's time-limit warning) stops it
+
+
+def _signal_at_step(monkeypatch, step: int, sig=signal.SIGTERM):
+    """Make the training process receive ``sig`` right after optimizer step ``step``."""
+    from timestep_lab.train import TrainStep
+
+    original = TrainStep.step
+
+    def stepped(self):
+        out = original(self)
+        if self.steps_done == step:
+            os.kill(os.getpid(), sig)
+        return out
+
+    monkeypatch.setattr(TrainStep, "step", stepped)
+
+
+def test_a_signal_stops_after_the_step_with_the_state_saved_and_resume_is_bit_exact(tiny_cfg, tmp_path, monkeypatch):
+    """SIGTERM mid-interval (step 7: between the log at 5 and the checkpoint at 10 steps) ends
+    the step, saves the whole state there and exits 75 (resumable); the rerun ends with the
+    bytes and the log of an uninterrupted run. The signal's previous handler is back afterwards."""
+    from timestep_lab.cli import main
+    from timestep_lab.errors import EXIT_RESUMABLE
+
+    dump_config(tiny_cfg, tmp_path / "run.yaml")
+    before = signal.getsignal(signal.SIGTERM)
+    _signal_at_step(monkeypatch, 7)
+    status = main(["train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "part"), "--no-progress",
+                   "--no-events"])
+    assert status == EXIT_RESUMABLE == 75
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert not (tmp_path / "part" / "model.pt").exists()
+    ckpt = load_torch(tmp_path / "part" / "train_state" / "checkpoint.pt")
+    assert (ckpt["nimg"], ckpt["step"]) == (7 * 32, 7)
+    monkeypatch.undo()
+
+    resumed = train(tiny_cfg, tmp_path / "part", progress=False)
+    straight = train(tiny_cfg, tmp_path / "straight", progress=False)
+    assert resumed.status == "ok" and resumed.step == straight.step == 20
+    assert (tmp_path / "part" / "model.pt").read_bytes() == (tmp_path / "straight" / "model.pt").read_bytes()
+    assert read_log(tmp_path / "part" / "train_log.jsonl") == [
+        {**r, "wall_time_s": a["wall_time_s"], "sec_per_step": a["sec_per_step"]}
+        for r, a in zip(read_log(tmp_path / "straight" / "train_log.jsonl"), read_log(tmp_path / "part" / "train_log.jsonl"))]
+
+
+def test_sigusr1_also_stops_and_the_result_says_so(tiny_cfg, tmp_path, monkeypatch):
+    _signal_at_step(monkeypatch, 3, signal.SIGUSR1)
+    res = train(tiny_cfg, tmp_path / "run", progress=False)
+    assert res.status == "interrupted" and res.nimg == 96
+    assert "stopped by SIGUSR1 at 0.096 kimg (step 3)" in res.message and "rerun to continue" in res.message

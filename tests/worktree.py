@@ -33,7 +33,7 @@ def copy_worktree(dst: Path) -> Path:
 
 
 PROFILE_ENV = ("TIMESTEP_LAB_SLURM_ACCOUNT", "TIMESTEP_LAB_SLURM_PARTITION", "TIMESTEP_LAB_GPU_MODEL",
-               "TIMESTEP_LAB_JOBS")  # site settings the cluster profile reads
+               "TIMESTEP_LAB_JOBS", "TIMESTEP_LAB_SLURM_SIGNAL_S")  # site settings the cluster profile reads
 
 
 def study_env(cluster=None) -> dict[str, str]:

@@ -8,7 +8,12 @@ helpers in ``timestep_lab.io``; both are torch-free too.)
 
 from __future__ import annotations
 
-__all__ = ["NonFiniteLossError"]
+__all__ = ["EXIT_RESUMABLE", "NonFiniteLossError"]
+
+#: exit status of a ``train`` that a signal (SIGTERM: a time limit, a cancellation) stopped after
+#: it saved its state: rerun it to continue (``EX_TEMPFAIL`` of sysexits.h, "try again later").
+#: Snakemake counts it as a failed job and resubmits it (the cluster profile's ``retries``).
+EXIT_RESUMABLE = 75
 
 
 class NonFiniteLossError(RuntimeError):

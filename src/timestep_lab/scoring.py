@@ -50,12 +50,14 @@ def sample_and_score(model: str | Path, out_npz: str | Path, out_json: str | Pat
 
 def evaluate_models(models: Sequence[str | Path], reference: str | Path, sample_cfg_for: Callable[[Path], Any], *,
                     cfg: EvalConfig = EvalConfig(), weights: str | Path | None = None, device: Any = "cpu",
-                    progress: bool = False) -> list[dict[str, Any]]:
+                    progress: bool = False, on_point: Callable[[dict[str, Any]], None] | None = None
+                    ) -> list[dict[str, Any]]:
     """Sample each model file (snapshot or model.pt) into a temp folder and score it.
 
     ``sample_cfg_for(model_path) -> SampleConfig``. Returns one point per model, sorted by
     images seen: ``{nimg, kimg, model, model_sha256, fid: {tool: value}, kid: {tool: value},
-    precision, recall, label, ...protocol, records}``.
+    precision, recall, label, ...protocol, records}``. ``on_point(point)`` is called as each one
+    is scored (live curves: :func:`timestep_lab.events.add_fid_point`).
     """
     ref = load_reference(reference)
     points = []
@@ -73,4 +75,6 @@ def evaluate_models(models: Sequence[str | Path], reference: str | Path, sample_
                            **res["protocol"], "records": res["records"]})
             log.info("%s (%.1f kimg): %s = %s", Path(model).name, points[-1]["kimg"], res["label"],
                      ", ".join(f"{v:.4g} ({t})" for t, v in points[-1]["fid"].items()))
+            if on_point is not None:
+                on_point(points[-1])
     return sorted(points, key=lambda p: (p["nimg"], p["model"]))

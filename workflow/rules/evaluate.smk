@@ -92,6 +92,7 @@ rule evaluate_progress:
     params:
         weights=weights_arg(),
         sets=eval_sample_overrides(config["evaluation"]["progress_num_samples"]),
+        events=lambda wc: f"{LOGS}/tensorboard/{wc.run}",  # beside the run's training curves
     log:
         f"{LOGS}/evaluate_progress/{{run}}.log",
     benchmark:
@@ -103,7 +104,8 @@ rule evaluate_progress:
         "../../envs/conda.yaml"
     shell:
         "python -m timestep_lab evaluate-snapshots --snapshots {input.snapshots:q} --reference {input.reference:q}"
-        " {params.weights:q} {params.sets:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
+        " {params.weights:q} {params.sets:q} --out {output:q} --events {params.events:q} --threads {threads}"
+        " --no-progress > {log:q} 2>&1"
 
 
 rule collect:

@@ -1,4 +1,6 @@
-# One training job per run of the run table (results/<study>/runs/<run>/).
+# One training job per run of the run table (results/<study>/runs/<run>/). Its live curves
+# (TensorBoard event files) go to logs/<study>/tensorboard/<run>/: `tensorboard --logdir
+# logs/<study>/tensorboard` watches the study (not a DVC out; the run's records are train_log.jsonl).
 
 
 localrules:
@@ -27,6 +29,10 @@ rule run_config:
 
 
 rule train:
+    """`exec`: the shell becomes the training process, so a SIGTERM to the job's processes (SLURM's
+    time-limit warning, workflow/profiles/cluster) reaches training without killing a shell
+    between it and Snakemake first; training saves its state and exits with status 75, and the
+    job is resubmitted (`retries`)."""
     input:
         cfg=f"{RES}/runs/{{run}}/run.yaml",
         data=manifest(config["data"]["train_split"]),
@@ -37,6 +43,7 @@ rule train:
         snapshots=directory(f"{RES}/runs/{{run}}/snapshots"),
     params:
         out=lambda wc: run_dir(wc.run),
+        events=lambda wc: f"{LOGS}/tensorboard/{wc.run}",
         launcher=lambda wc, threads: W.launcher(config["resources"]["gpus"]),
     log:
         f"{LOGS}/train/{{run}}.log",
@@ -48,5 +55,5 @@ rule train:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "{params.launcher:q} train --config {input.cfg:q} --out {params.out:q} --threads {threads}"
-        " --set train.on_nonfinite=record --no-progress > {log:q} 2>&1"
+        "exec {params.launcher:q} train --config {input.cfg:q} --out {params.out:q} --threads {threads}"
+        " --set train.on_nonfinite=record --events {params.events:q} --no-progress > {log:q} 2>&1"

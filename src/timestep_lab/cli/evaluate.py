@@ -8,6 +8,7 @@ arguments. Must not know the entry (``timestep_lab.cli``) or other commands.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from timestep_lab.cli.common import (
@@ -55,6 +56,8 @@ def _evaluate_snapshots_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", type=Path, required=True, help="reference .npz (from `reference-stats`)")
     p.add_argument("--out", type=Path, required=True, help="fid_progress.json to write")
     p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
+    p.add_argument("--events", type=Path, default=None,
+                   help="also write FID against images seen as TensorBoard event files into this folder (the run's)")
     config_args(p)
     runtime_args(p)
 
@@ -64,6 +67,7 @@ def _evaluate_snapshots_args(p: argparse.ArgumentParser) -> None:
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     """Sample every snapshot-*.pt of --snapshots (and/or each --models file) into a temporary
     folder, score it against --reference, and write {"points": [...]} sorted by images seen."""
+    from timestep_lab.events import add_fid_point, fid_events
     from timestep_lab.scoring import PROGRESS_FORMAT, evaluate_models
 
     models = sorted(Path(args.snapshots).glob("snapshot-*.pt")) if args.snapshots else []
@@ -74,8 +78,10 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
         raise ConfigError("give --snapshots DIR and/or --models FILE ...")
     cfg = eval_config(args, allowed=("eval", "sample"))
     sample_overrides = [o for o in args.overrides if o.startswith("sample.")]
-    points = evaluate_models(models, args.reference, lambda m: sample_config(m, args.config, sample_overrides), cfg=cfg,
-                             weights=args.weights, device=device(args), progress=not args.no_progress)
+    with contextlib.closing(fid_events(args.events)) if args.events else contextlib.nullcontext() as writer:
+        points = evaluate_models(models, args.reference, lambda m: sample_config(m, args.config, sample_overrides),
+                                 cfg=cfg, weights=args.weights, device=device(args), progress=not args.no_progress,
+                                 on_point=None if writer is None else lambda point: add_fid_point(writer, point))
     first = points[0]
     atomic_write_json(args.out, {"format": PROGRESS_FORMAT, "label": first["label"],
                                  "reference_file": first["reference_file"],

@@ -1,5 +1,10 @@
 """The ``train`` command: one run (config + overrides) into an output folder, resuming by default.
 
+SIGTERM or SIGUSR1 (a SLURM time limit, a cancellation) stops training after the step in progress
+with its state saved; the command then exits with status 75 (``EXIT_RESUMABLE``): run it again to
+continue (Snakemake resubmits it). TensorBoard event files go to ``--events`` (default
+``<out>/tensorboard``; ``--no-events``: none).
+
 Reads torchrun's environment through :func:`timestep_lab.cli.common.world`; the loop itself is
 ``timestep_lab.train``. Must not know the entry (``timestep_lab.cli``) or other commands.
 """
@@ -10,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from timestep_lab.cli.common import command, config_args, load_run_config, log, runtime_args, world
+from timestep_lab.errors import EXIT_RESUMABLE
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
@@ -18,6 +24,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="run folder")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint and start over")
     p.add_argument("--stop-after-kimg", type=float, default=None, help="stop (resumably) after this many kimg")
+    p.add_argument("--events", type=Path, default=None,
+                   help="folder for TensorBoard event files (live curves; default: OUT/tensorboard)")
+    p.add_argument("--no-events", action="store_true", help="write no TensorBoard event files")
 
 
 @command("train", "train one run into an output folder (resumes automatically)", _train_args, out_folder=True)
@@ -27,8 +36,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = load_run_config(args)
     group = world()
+    events = None if args.no_events else (args.events or args.out / "tensorboard")
     result = train(cfg, args.out, resume=not args.no_resume, progress=not args.no_progress, world=group,
-                   stop_after_kimg=args.stop_after_kimg)
+                   stop_after_kimg=args.stop_after_kimg, events=events)
+    if result.status == "interrupted":
+        if group.is_main:
+            log.warning("%s", result.message)
+        return EXIT_RESUMABLE
     if group.is_main:
         if result.status == "incomplete":
             log.info("stopped at %.1f kimg as asked; rerun to continue", result.nimg / 1000)

@@ -3,9 +3,13 @@
 The loop only wires together objects built from the config (network, diffusion process,
 prediction type, timestep sampler, loss weighting, optimizer and its schedule, EMA) by
 :func:`~timestep_lab.train.step.build_train_step`, runs :meth:`TrainStep.step` and adds
-resuming, logging, checkpoints, snapshots and the final files (:mod:`.files`). Length,
+resuming, logging (``train_log.jsonl`` and, when asked, TensorBoard event files:
+:mod:`timestep_lab.events`), checkpoints, snapshots and the final files (:mod:`.files`). Length,
 warm-up, EMA half-life, logging, checkpoints and snapshots are all counted in images seen.
 Rank 0 writes all files.
+
+SIGTERM or SIGUSR1 (SLURM's time-limit warning, a cancellation) stops the run after the step in
+progress, with its state saved: status ``interrupted`` (:mod:`.stop`).
 
 A killed run resumes from ``train_state/checkpoint.pt`` and, on CPU, ends with bit-identical
 weights to an uninterrupted run. ``cfg`` is taken as checked
@@ -37,6 +41,7 @@ from timestep_lab.checkpoints import (
 from timestep_lab.components import build_model
 from timestep_lab.config import RunConfig, config_to_dict, dump_config
 from timestep_lab.distributed import World
+from timestep_lab.events import RunEvents
 from timestep_lab.io import load_torch, save_torch
 from timestep_lab.optim import EMA
 from timestep_lab.predictions import HEADS, MixedPrediction
@@ -52,6 +57,7 @@ from timestep_lab.train.files import (
 from timestep_lab.train.mixed_heads import mixed_head_profile
 from timestep_lab.train.monitor import LOG_BINS, NonFiniteLossError
 from timestep_lab.train.step import build_train_step
+from timestep_lab.train.stop import StopRequest
 
 __all__ = ["TrainResult", "train"]
 
@@ -61,12 +67,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class TrainResult:
     """What :func:`train` returns: ``status`` is ``ok``, ``diverged`` (non-finite loss with
-    ``train.on_nonfinite: record``; ``model_path`` holds the last good weights) or
-    ``incomplete`` (stopped by ``stop_after_kimg``: no final files yet)."""
+    ``train.on_nonfinite: record``; ``model_path`` holds the last good weights), ``incomplete``
+    (stopped by ``stop_after_kimg``: no final files yet) or ``interrupted`` (stopped by a signal
+    with its state saved; ``message`` says which and where: rerun to continue)."""
 
     out_dir: Path
     model_path: Path
-    status: str  # "ok" | "diverged"
+    status: str  # "ok" | "diverged" | "incomplete" | "interrupted"
     nimg: int
     step: int
     final_loss: float | None
@@ -75,7 +82,8 @@ class TrainResult:
 
 
 def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress: bool = True,
-          world: World = World(), stop_after_kimg: float | None = None) -> TrainResult:
+          world: World = World(), stop_after_kimg: float | None = None,
+          events: str | Path | None = None) -> TrainResult:
     """Train the run described by ``cfg`` into ``out_dir`` (see the module docstring).
 
     The per-step work is :meth:`TrainStep.step` of :func:`build_train_step`; this function adds
@@ -84,17 +92,19 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
     :param resume: continue from ``train_state/checkpoint.pt`` if present (else start over).
     :param stop_after_kimg: stop (with a checkpoint, without the final files) once this many
         kimg are done; for tests and time-limited jobs.
+    :param events: folder for the run's TensorBoard event files (:mod:`timestep_lab.events`);
+        None writes none.
     :raises NonFiniteLossError: when the loss becomes NaN/inf and ``train.on_nonfinite`` is ``fail``.
     """
     # one writer per run folder: rank 0 holds out_dir/.lock for the whole run (a second writer
     # fails at once naming the holder; a dead holder's lock is taken over: timestep_lab.runlock)
-    with RunLock(out_dir) if world.is_main else contextlib.nullcontext():
+    with RunLock(out_dir) if world.is_main else contextlib.nullcontext(), StopRequest() as stop:
         return _train(cfg, RunPaths(Path(out_dir)), resume=resume, progress=progress, world=world,
-                      stop_after_kimg=stop_after_kimg)
+                      stop_after_kimg=stop_after_kimg, stop=stop, events=events)
 
 
 def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, world: World,
-           stop_after_kimg: float | None) -> TrainResult:
+           stop_after_kimg: float | None, stop: StopRequest, events: str | Path | None) -> TrainResult:
     tc = cfg.train
     ts = build_train_step(cfg, world=world)
     device, data, loader, diffusion, prediction = ts.device, ts.data, ts.loader, ts.diffusion, ts.prediction
@@ -124,6 +134,7 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
     if world.is_main:
         dump_config(cfg, paths.config)
         paths.state.mkdir(parents=True, exist_ok=True)
+    curves = _open_curves(events, cfg, world, ts.nimg if ckpt is not None else None)
     world.barrier()
 
     total_nimg = int(round(tc.total_kimg * 1000))
@@ -173,6 +184,8 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
         if world.is_main:
             with open(paths.state_log, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")
+        if curves is not None:
+            curves.record(rec, sampler.probs().tolist() if sampler.stateful else None)
         acc.reset()
         return rec
 
@@ -190,7 +203,7 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
     status, message = "ok", ""
     ts.lr, ts.beta1 = ts.schedule.values(ts.nimg)
     try:
-        while ts.nimg < stop_nimg:
+        while ts.nimg < stop_nimg and not stop.requested(world, ts.steps_done, device):
             t0 = time.perf_counter()
             ts.step()
             if check_each_step and (msg := guard.message()):
@@ -213,6 +226,10 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
                 save_checkpoint()
             if bar is not None:
                 bar.update(min(nimg, total_nimg) - bar.n)
+        if ts.nimg < stop_nimg:  # a signal stopped it between two steps: save the state as it stands
+            if msg := guard.message(world):
+                raise NonFiniteLossError(msg)
+            save_checkpoint()
     except NonFiniteLossError as exc:
         message = f"{paths.out}: {exc}; the last checkpoint ({paths.checkpoint}) holds the weights before it"
         if tc.on_nonfinite == "fail":
@@ -222,6 +239,8 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
     finally:
         if bar is not None:
             bar.close()
+        if curves is not None:
+            curves.close()
 
     nimg, step = ts.nimg, ts.steps_done
     wall = wall_before + time.perf_counter() - t_start
@@ -229,7 +248,11 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
         lines = paths.state_log.read_text().splitlines()
         last_rec = json.loads(lines[-1]) if lines else None
     if nimg < total_nimg and status == "ok":  # stopped early on request: no final files
-        return TrainResult(paths.out, paths.model, "incomplete", nimg, step, last_rec and last_rec["loss"], wall)
+        if nimg < stop_nimg:
+            status, message = "interrupted", (f"{paths.out}: stopped by {stop.name} at {nimg / 1000:.3f} kimg (step "
+                                               f"{step}); the state is saved in {paths.checkpoint}: rerun to continue")
+        return TrainResult(paths.out, paths.model, "incomplete" if status == "ok" else status, nimg, step,
+                           last_rec and last_rec["loss"], wall, message)
 
     # Final files: weights (the last good ones if the run diverged), log, snapshots.
     if world.is_main:
@@ -255,6 +278,15 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
         publish(paths)
     world.barrier()
     return TrainResult(paths.out, paths.model, status, nimg, step, last_rec["loss"] if last_rec else None, wall, message)
+
+
+def _open_curves(events: str | Path | None, cfg: RunConfig, world: World, resume_nimg: int | None) -> RunEvents | None:
+    """The run's event-file writer on rank 0 (None without ``events``); ``resume_nimg``: the
+    checkpoint's images seen, None for a fresh start (old event files deleted)."""
+    if events is None or not world.is_main:
+        return None
+    return RunEvents(events, batch_size=cfg.train.batch_size, num_timesteps=cfg.diffusion.num_timesteps,
+                     resume_nimg=resume_nimg)
 
 
 def _copy_to_ema(net: nn.Module, ema: EMA) -> None:
