@@ -59,7 +59,7 @@ def test_tiny_study_worked_by_hand():
     rules = {r.rule: r for r in rule_costs(plan)}
     jobs = {k: r.jobs for k, r in rules.items()}
     assert jobs == {"prepare_data": 2, "run_config": 3, "train": 3, "train_features": 1, "reference_stats": 1,
-                    "sample_score": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
+                    "floor": 1, "sample_score": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
                     "slots": 1, "interference": 1, "sample_score_contribution": 1,
                     "posterior": 1, "profile_predictions": 1, "consistency": 1, "verdicts": 1, "report": 8, "index": 1, "all": 1}
     # train: 1000 images at batch 64 -> 16 steps = 1024 images per run; the reference 2000 at 128 -> 2048
@@ -81,9 +81,11 @@ def test_tiny_study_worked_by_hand():
     assert priced["train"].basis == "assumed MFU 30%"
     assert priced["train"].gpu_hours == pytest.approx(rules["train"].flops / (989.4e12 * 0.30) / 3600)
     assert priced["collect"].gpu_hours is None
+    # the floor: 100 of the held-out split's 359 digits (evaluation.num_samples) through both tools
+    assert rules["floor"].flops == 100 * 2 * dcnn
     # with the `all` target, as `snakemake -n` counts: 38 before sampling and scoring shared a job
-    # (3 evaluate + 1 evaluate_contribution jobs fewer)
-    assert to_json(est)["total"]["jobs"] == 34
+    # (3 evaluate + 1 evaluate_contribution jobs fewer), 35 with the floor
+    assert to_json(est)["total"]["jobs"] == 35
 
 
 def test_bad_study_is_one_config_error():
