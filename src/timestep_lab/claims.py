@@ -11,8 +11,8 @@ scorecard order; :func:`timestep_lab.verdicts.judge_claims` measures and judges 
 ``verdicts.json`` carries every field of the record (:meth:`Claim.record`) beside both verdicts.
 
 Adding a claim: append a :class:`Claim` to :data:`CLAIMS` (ids are never reused); a new source
-gets a :class:`Source`. The quote is checked against the text under ``shared/papers`` where we
-hold it; ``Source.held`` says what we hold. Pure Python: no numpy, pandas or torch.
+gets a :class:`Source`. The quote is checked against the source's text where we hold it;
+``Source.held`` says what we hold. Pure Python: no numpy, pandas or torch.
 """
 
 from __future__ import annotations
@@ -133,16 +133,16 @@ class Claim:
 
 
 SEED = Source("seed", "Xie & Agam 2025", "arXiv 2502.01990", "Rethinking Timesteps Samplers and Prediction Types",
-              "full text: shared/papers/rethinking-timestep-samplers-and-prediction-types.txt")
+              "full text")
 SPEED = Source("speed", "SpeeD", "arXiv 2405.17403",
                "A Closer Look at Time Steps is Worthy of Triple Speed-Up for Diffusion Model Training",
-               "the arXiv abstract; its figures as shared/METHODS.md §5 gives them (paper text not held)")
+               "the arXiv abstract; its figures as docs/methods.md §5 lists them (paper text not held)")
 ANTS = Source("ants", "Kim et al. 2024", "arXiv 2411.09998",
               "Adaptive Non-uniform Timestep Sampling for Accelerating Diffusion Model Training",
-              "abstract and a summary: shared/papers/adaptive-nonuniform-timestep-sampling-*")
+              "abstract and a third-party summary of the paper")
 CLTS = Source("clts", "Xu et al. 2024", "arXiv 2404.07946",
               "Towards Faster Training of Diffusion Models: An Inspiration of A Consistency Phenomenon",
-              "abstract: shared/papers/consistency-phenomenon-abstract.txt")
+              "abstract")
 
 UNIFORM = {"sampler": "uniform", "weighting": "none"}
 #: the consistency group's plain arm: no optimizer-schedule override (``_opt...``) and the base width (``_ch...``)
@@ -164,7 +164,7 @@ def _sampler(claim_id: str, source: Source, sampler: str, weighting: str = "none
 _SPEED_3X = PaperNumber("speedup", "3x", "x (training images to reach the baseline's FID, baseline / method)",
                         "various architectures, data sets and tasks", "Abstract", "arXiv abstract", low=3.0, high=3.0)
 _CLTS_SPEEDUP = PaperNumber("speedup", "2x to 2.6x", "x (training speed-up)", "CIFAR-10 and ImageNet-128",
-                            "paper body (not in the abstract we hold)", "shared/METHODS.md §5", low=2.0, high=2.6)
+                            "paper body (not in the abstract we hold)", "docs/methods.md §5", low=2.0, high=2.6)
 
 CLAIMS: tuple[Claim, ...] = (
     _sampler("speed_faster", SPEED, "speed", "speed", where="Abstract", status="finding",
@@ -173,10 +173,10 @@ CLAIMS: tuple[Claim, ...] = (
              statement="asymmetric sampling + change-aware weighting (SpeeD) trains faster than uniform sampling",
              numbers=(_SPEED_3X,
                       PaperNumber("fid_pair", "29.3 -> 21.1", "FID-10K (Inception)", "DiT-XL/2 MetFaces 256, 50K iter",
-                                  "results table", "shared/METHODS.md §5", baseline=29.3, method=21.1,
+                                  "results table", "docs/methods.md §5", baseline=29.3, method=21.1,
                                   not_comparable=_NOT_FID.format(what="DiT-XL/2 on 256-px MetFaces")),
                       PaperNumber("fid_pair", "12.9 -> 9.9", "FID-10K (Inception)", "DiT-XL/2 FFHQ 256, 50K iter",
-                                  "results table", "shared/METHODS.md §5", baseline=12.9, method=9.9,
+                                  "results table", "docs/methods.md §5", baseline=12.9, method=9.9,
                                   not_comparable=_NOT_FID.format(what="DiT-XL/2 on 256-px FFHQ")))),
     _sampler("speed_sampling_alone", SPEED, "speed", where="Abstract; ablation (FFHQ U-Net)", status="finding",
              quote="we design an asymmetric sampling strategy that reduces the frequency of steps from the convergence "
@@ -184,13 +184,13 @@ CLAIMS: tuple[Claim, ...] = (
              statement="asymmetric timestep sampling alone (no weighting) trains faster than uniform sampling",
              numbers=(PaperNumber("fid_pair", "17.37 -> 15.82", "FID (Inception)",
                                   "FFHQ U-Net ablation: uniform -> asymmetric sampling alone", "ablation table",
-                                  "shared/METHODS.md §5", baseline=17.37, method=15.82,
+                                  "docs/methods.md §5", baseline=17.37, method=15.82,
                                   not_comparable=_NOT_FID.format(what="a U-Net on FFHQ")),)),
     _sampler("adaptive_faster", ANTS, "adaptive", where="Abstract", status="finding",
              quote="this approach not only accelerates the training process",
              statement="the learned Beta timestep sampler (ANTS) trains faster than uniform sampling",
              numbers=(PaperNumber("fid_pair", "3.57 -> 2.94", "FID-50K (Inception)", "CIFAR-10, SpeeD -> ANTS",
-                                  "Key Results", "shared/papers/adaptive-nonuniform-timestep-sampling-summary.md",
+                                  "Key Results", "a third-party summary of the paper",
                                   baseline=3.57, method=2.94,
                                   not_comparable="the pair compares ANTS with SpeeD, ours with uniform; and "
                                                  + _NOT_FID.format(what="CIFAR-10")),)),
@@ -270,7 +270,7 @@ CLAIMS: tuple[Claim, ...] = (
           kind="analysis", analysis="table1", expected_sign=+1,
           needs="the guided-diffusion ImageNet-256 checkpoint as reference.pretrained (config/imagenet.yaml)",
           numbers=(PaperNumber("slots", "Table 1", "timestep ranges", "slots of guided-diffusion ImageNet-256",
-                               "Table 1", "shared/papers (seed paper)",
+                               "Table 1", "the seed paper's text",
                                not_comparable="our slots come from our own reference model's loss profile"),)),
 )
 

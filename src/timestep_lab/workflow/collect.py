@@ -5,8 +5,9 @@ Reads ``results/<study>/runs/<run>/{train_log.jsonl, metrics.json, fid_progress.
 protocol and the run's ``arm`` = its id without the seed), ``runs.csv`` and ``summary.json``
 (DVC metrics: final FID per group variant over seeds, and per group the paired comparisons of
 every arm with the group's baseline: difference, 95% interval, Holm-adjusted p, verdict,
-detectable effect, censored speed-up; docs/methods.md §9). :func:`write_verdicts` turns the
-table and the analyses' outputs into ``verdicts.json``, one verdict per paper claim.
+detectable effect, censored speed-up; docs/methods.md §9; and the study's FID floor).
+:func:`write_verdicts` turns the table, the analyses' outputs and the floor into ``verdicts.json``:
+per claim its record and both verdicts, Holm across the scorecard (docs/design.md#verdicts-json).
 
 Needs pandas, so the Snakefile imports it only inside the ``collect`` job, never at DAG build.
 Knows nothing of how runs are trained or scored: only the files they leave.
