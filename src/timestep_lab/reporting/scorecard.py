@@ -156,7 +156,8 @@ def scorecard_rows(verdicts: Mapping[str, Any], ids: Iterable[str] | None = None
             "tested": f"{row.get('statement') or row.get('claim', '')}" + (f" ({row['direction']})" if row.get("direction") else ""),
             "difference": format_difference(row) if measured else "",
             "n": str(int(row["n"])) if measured and row.get("n") is not None else "",
-            "p_adj": (f"{p:.3g} (family of {m})" if math.isfinite(p) else f"n/a (family of {m})") if judged else "",
+            "p_adj": ((f"{p:.3g} (family of {m})" if math.isfinite(p) else f"n/a (family of {m})") if judged
+                      else f"not in the family (of {m})" if measured else ""),
             "verdict": verdict, "size": size_text(row), "power": _power(row, verdict),
             "speedup": str(row.get("speedup") or "") if measured else "",
             "robustness": _robustness(row) if judged else "",
