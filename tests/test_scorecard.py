@@ -112,3 +112,16 @@ def test_scorecard_rows_keep_the_requested_claims_in_file_order(verdicts):
     assert [r["id"] for r in rows] == ["speed_faster", "clts_faster"]
     assert rows[1]["power"].startswith("needs: ") and rows[1]["p_adj"] == "" and rows[1]["size"] == ""
     assert scorecard_rows({"claims": []}) == []
+
+
+@pytest.mark.parametrize("given", ["path", "list", "empty"])
+def test_collect_copies_the_floor_into_the_summary(tmp_path, given):
+    """summary.json["floor"] is floor.json as it is; the rule passes its optional input as a list."""
+    from timestep_lab.workflow.collect import collect
+
+    floor = tmp_path / "floor.json"
+    floor.write_text(json.dumps(FLOOR))
+    arg = {"path": str(floor), "list": [str(floor)], "empty": []}[given]
+    collect({}, str(tmp_path), str(tmp_path / "m.csv"), str(tmp_path / "r.csv"), str(tmp_path / "s.json"), floor_json=arg)
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary.get("floor") == (None if given == "empty" else FLOOR)

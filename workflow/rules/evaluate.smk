@@ -155,5 +155,4 @@ rule collect:
     run:
         from timestep_lab.workflow.collect import collect  # pandas: imported by this job only, not at DAG build
 
-        collect(params.runs, params.res, output.metrics, output.runs, output.summary,
-                floor_json=input.floor if input.floor else None)
+        collect(params.runs, params.res, output.metrics, output.runs, output.summary, floor_json=input.floor)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -43,11 +43,12 @@ def _median_step_time(log_records: list[dict]) -> float | None:
 
 
 def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv: str, runs_csv: str,
-            summary_json: str, floor_json: str | None = None) -> None:
+            summary_json: str, floor_json: str | Sequence[str] | None = None) -> None:
     """Gather every run's ``metrics.json``, ``fid_progress.json`` and ``train_log.jsonl`` into one
     tidy metrics table (one row per run x stage x images seen x metric x tool), a run table, and
     a small JSON summary (DVC metrics: final FID per group variant, mean over seeds; ``floor``: the
-    study's ``eval/floor.json`` as it is, when the study has a held-out split)."""
+    study's ``eval/floor.json`` as it is, when the study has a held-out split; ``floor_json`` may be
+    a path or a list of at most one, as a rule's optional input is)."""
     rows, run_rows = [], []
     root = Path(results_dir) / "runs"
     for rid, info in runs.items():
@@ -85,6 +86,8 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
             df.to_csv(tmp, index=False)
     ref = runs.get("reference") or {}
     summary = summarize(metrics, table, base_batch=(ref.get("axes") or {}).get("batch_size"))
+    if floor_json is not None and not isinstance(floor_json, (str, Path)):
+        floor_json = next(iter(floor_json), None)
     if floor_json and Path(floor_json).is_file():
         summary["floor"] = read_json(floor_json)
     atomic_write_json(summary_json, summary)
