@@ -15,8 +15,10 @@
 #
 # Seed paper (arXiv 2502.01990) Sec. 2.2: x0-prediction ("d") works better near t = T,
 # eps-prediction ("a") near t = 0, v in between; a *mixed* model with three heads trained on the
-# per-sample minimum x0 error is proposed, and reported hard to optimise. Every model here uses
-# the same loss weighting (none), so only the prediction type differs.
+# per-sample minimum x0 error is proposed. Its finding (Sec. 3.2) is that mixed predictions are
+# "exceptionally challenging" to converge and "often worse than those from a single prediction";
+# only the abstract hypothesises that they might help. The scorecard judges both, as separate
+# claims. Every model here uses the same loss weighting (none), so only the prediction type differs.
 #
 # How we measure it, and where we deviate from the papers: `docs/methods.md#prediction-types`.
 
@@ -38,7 +40,7 @@ from timestep_lab.io import read_json
 from timestep_lab.reporting.notebook import load_study, read_log, setup, show_verdicts
 
 setup()
-show_verdicts(verdicts, ["mixed_heads"])
+show_verdicts(verdicts, ["mixed_heads", "mixed_heads_hypothesis"])
 study = load_study(group, metrics_csv, runs_csv)
 runs, label = study.runs, study.label
 prof = read_json(profile)

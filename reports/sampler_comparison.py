@@ -35,7 +35,14 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from timestep_lab.reporting.notebook import load_study, read_log, setup, show_comparisons, show_verdicts
+from timestep_lab.reporting.notebook import (
+    load_study,
+    read_log,
+    setup,
+    show_comparisons,
+    show_speedup_seeds,
+    show_verdicts,
+)
 
 setup()
 study = load_study(group, metrics_csv, runs_csv)
@@ -50,7 +57,8 @@ if proto is not None:
         f"fewer samples ({int(progress['num_generated'].iloc[0]) if len(progress) else 'n/a'}). Variants are "
         f"`timestep sampler + loss weighting`; spread is over training seeds."))
 study.show_failed(" (excluded from means)")
-show_verdicts(verdicts, ["speed_faster", "speed_sampling_alone", "adaptive_faster", "clts_faster"])
+show_verdicts(verdicts, ["speed_faster", "speed_sampling_alone", "adaptive_faster", "adaptive_converges_better",
+                         "clts_faster"])
 
 # %% [markdown]
 # ## FID against images seen
@@ -86,13 +94,25 @@ display(table.style.format({c: ("{:.0f}" if c.startswith("count") else "{:.3f}")
 # %% [markdown]
 # ## Every arm against uniform, paired by seed
 # The difference is `arm - uniform` in final FID per seed, its mean with a 95% Student-t interval
-# over seeds, p Holm-adjusted across the arms (docs/methods.md §9). The speed-up is the images an
-# arm needs to reach uniform's final FID, per seed, interpolated in log FID between progress
-# points: ">x" when a seed got there before its first point, "<x" when one never did; the
-# progress-point spacing cannot say more (docs/methods.md#speedup).
+# over seeds, p Holm-adjusted across the arms of this group (the scorecard above adjusts across the
+# whole study; docs/methods.md §9). The speed-up is the images an arm needs to reach the level
+# uniform's FID has at its last progress point (the same sample count as the arm's curve), per
+# seed, interpolated in log FID between progress points: ">x" when a seed got there before its
+# first point, "<x" when one never did, n/a when both happened; the progress-point spacing cannot
+# say more (docs/methods.md#speedup).
 
 # %%
 comparisons = show_comparisons(study)
+
+# %% [markdown]
+# ### The speed-up seed by seed
+# Per arm and seed: the level (uniform's FID at its last progress point), the images uniform took to
+# get there, the images the arm needs to reach it (a bound when censored), their ratio and the
+# censoring. A seed with no finite level or no finite point on the arm's curve is left out, with the
+# reason.
+
+# %%
+show_speedup_seeds(study)
 
 # %% [markdown]
 # ## Cost per training step
@@ -133,7 +153,8 @@ else:
 # %% [markdown]
 # ## What our numbers show
 # Only paired differences whose 95% interval excludes no difference count as findings; every other
-# arm is inconclusive at this budget, with the smallest difference it could have detected.
+# arm is inconclusive at this budget, with the smallest difference it finds with 80% power at the
+# group's Holm level (estimated from the sample SD).
 
 # %%
 lines = []
@@ -146,5 +167,6 @@ for _, r in comparisons.iterrows():
     elif r["final FID"].startswith("no finding") or r["final FID"] == "inconclusive":
         lines.append(f"- {r['arm']}: {diff}; fewer than 2 paired seeds, so no interval and no finding.")
     elif r["final FID"] != "n/a":
-        lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p = {r['Holm p']:.3g}).")
+        lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p within the group = "
+                     f"{r['Holm p (group)']:.3g}).")
 display(Markdown("\n".join(lines) if lines else "_Not enough paired seeds for conclusions (intervals need 2)._"))

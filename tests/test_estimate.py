@@ -97,7 +97,7 @@ def test_tiny_study_worked_by_hand():
     rules = {r.rule: r for r in rule_costs(plan)}
     jobs = {k: r.jobs for k, r in rules.items()}
     assert jobs == {"prepare_data": 2, "run_config": 3, "train": 3, "train_features": 1, "reference_stats": 1,
-                    "sample_score": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
+                    "floor": 1, "sample_score": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
                     "slots": 1, "interference": 1, "sample_score_contribution": 1,
                     "posterior": 1, "profile_predictions": 1, "consistency": 1, "verdicts": 1, "report": 8, "estimate": 1,
                     "index": 1, "all": 1}
@@ -124,9 +124,11 @@ def test_tiny_study_worked_by_hand():
     assert (priced["train"].low, priced["train"].high) == pytest.approx(
         ((2 * 1024 + 2048) / ips[2] / 3600, (2 * 1024 + 2048) / ips[0] / 3600))
     assert priced["collect"].gpu_hours is None
+    # the floor: 100 of the held-out split's 359 digits (evaluation.num_samples) through both tools
+    assert rules["floor"].flops == 100 * 2 * dcnn
     # with the `all` target, as `snakemake -n` counts: 38 before sampling and scoring shared a job
-    # (3 evaluate + 1 evaluate_contribution jobs fewer), 35 with the estimate job counted
-    assert to_json(est)["total"]["jobs"] == 35
+    # (3 evaluate + 1 evaluate_contribution jobs fewer), 36 with the estimate job and the floor counted
+    assert to_json(est)["total"]["jobs"] == 36
 
 
 def test_bad_study_is_one_config_error():

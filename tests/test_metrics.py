@@ -21,6 +21,7 @@ from timestep_lab.metrics import extractors as metrics  # the module whose weigh
 from timestep_lab.metrics import (
     CF_INCEPTION_FILE, TF_INCEPTION_FILE, WeightsMissingError, evaluate_samples, frechet_distance, load_reference,
 )
+from timestep_lab.metrics.floor import _bootstrap
 from timestep_lab.samples_file import save_samples
 
 FAST = EvalConfig(kid_subsets=10, kid_subset_size=300)  # KID with fewer subsets: same code path, faster
@@ -219,6 +220,41 @@ def test_fid_orders_test_split_below_noise(digits_ref, digits_test_dir):
     cfg = EvalConfig(kid=False, precision_recall=False)
     a, b = evaluate_samples(test, digits_ref, cfg=cfg), evaluate_samples(noise, digits_ref, cfg=cfg)
     assert 0 < a["fid"] < b["fid"] and 0 < a["fid_clean_fid"] < b["fid_clean_fid"]
+
+
+def test_floor_is_the_held_out_split_scored_like_a_run(digits_ref, digits_cnn, digits_test_dir, tmp_path, capsys):
+    """floor.json: per tool the held-out split's FID against the training reference, exactly what
+    scoring those images as samples gives, with a bootstrap interval around it; the sample count is
+    evaluation.num_samples or the split's size if smaller, and says which (docs/methods.md §9.7)."""
+    test = np.array(PreparedData(digits_test_dir).images)
+    out = tmp_path / "floor.json"
+    args = ["floor", "--data", str(digits_test_dir), "--reference", str(digits_ref), "--weights", str(digits_cnn),
+            "--replicates", "50"]
+    assert main(args + ["--num-samples", "500", "--out", str(out)]) == 0
+    floor = json.loads(out.read_text())
+    assert floor["format"] == "timestep_lab.floor/1" and floor["num_samples"] == len(test) == 359
+    assert "fewer than the final FID's 500" in floor["sample_count_basis"]
+    scored = evaluate_samples(test, digits_ref, cfg=EvalConfig(kid=False, precision_recall=False))
+    want = {"torch-fidelity": scored["fid"], "clean-fid": scored["fid_clean_fid"]}
+    assert [r["tool"] for r in floor["records"]] == ["torch-fidelity", "clean-fid"]
+    for r in floor["records"]:
+        assert {"tool", "metric", "value", "ci", "num_samples", "extractor", "reference_sha256"} <= set(r)
+        assert r["metric"] == "fid" and r["extractor"] == "digits-cnn" and r["num_samples"] == 359
+        assert r["reference_sha256"] == sha256_file(digits_ref) and r["feature_weights_sha256"] == sha256_file(digits_cnn)
+        assert r["value"] == pytest.approx(want[r["tool"]], rel=1e-6)
+        assert 0 <= r["ci"][0] < r["value"] < r["ci"][1]
+    # fewer than the split: a seeded subset of that many (one tool is enough to see it)
+    assert main(args + ["--num-samples", "100", "--out", str(tmp_path / "a.json"), "--set", "eval.tools=[torch-fidelity]"]) == 0
+    a = json.loads((tmp_path / "a.json").read_text())
+    assert a["num_samples"] == 100 and a["sample_count_basis"].startswith("100 held-out images")
+    assert a["records"][0]["value"] > floor["records"][0]["value"]  # FID's small-sample bias: fewer images, higher
+    # the bootstrap is seeded: same features and seed, same interval
+    feats = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
+    boot = [_bootstrap(feats, 0.5, np.zeros(4), np.eye(4), 50, 0) for _ in range(2)]
+    assert boot[0] == boot[1] and boot[0] != _bootstrap(feats, 0.5, np.zeros(4), np.eye(4), 50, 1)
+    capsys.readouterr()
+    assert main(args + ["--num-samples", "1", "--out", str(tmp_path / "c.json")]) == 2
+    assert "--num-samples" in capsys.readouterr().err and not (tmp_path / "c.json").exists()
 
 
 def test_evaluate_snapshots_gives_fid_against_images_seen(digits_dir, digits_ref, tmp_path):

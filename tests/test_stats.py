@@ -9,7 +9,19 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from timestep_lab.stats import holm, holm_table, json_safe, kimg_to_reach, paired, speedup, verdict
+from timestep_lab.stats import (
+    detectable_effect,
+    detectable_multiplier,
+    holm,
+    holm_table,
+    json_safe,
+    kimg_to_reach,
+    paired,
+    seeds_needed,
+    size_verdict,
+    speedup,
+    verdict,
+)
 
 
 def _synthetic(rng: np.random.Generator, n: int, effect: float, seed_sd: float = 8.0, noise_sd: float = 2.0):
@@ -55,7 +67,8 @@ def test_paired_matches_scipy_and_closed_forms():
     assert r.p == pytest.approx(sps.ttest_rel(arm, base).pvalue)
     se = d.std(ddof=1) / math.sqrt(5)
     assert r.ci_high - r.diff == pytest.approx(sps.t.ppf(0.975, 4) * se)
-    assert r.detectable == pytest.approx((sps.t.ppf(0.975, 4) + sps.t.ppf(0.8, 4)) * se)
+    assert r.detectable == pytest.approx(detectable_multiplier(5, 0.05) * d.std(ddof=1))
+    assert paired(base, arm, alpha=0.01).detectable > r.detectable  # a stricter level needs a larger effect
     lg = paired(base, arm, log=True)
     assert lg.diff == pytest.approx(np.mean(np.log(arm) - np.log(base)))
 
@@ -68,6 +81,43 @@ def test_paired_drops_failed_seeds_and_says_nan_below_two():
     assert verdict(one.ci_low, one.ci_high, -1) == "inconclusive"
     with pytest.raises(ValueError):
         paired([1.0, 2.0], [1.0])
+
+
+def test_detectable_multiplier_is_80_percent_power_averaged_over_the_sample_sd():
+    """k(n, alpha): a true difference of k times the sample SD is found 80% of the time, averaged
+    over the chi distribution of s / sigma; plugging s in for sigma (the exact noncentral-t power)
+    gives less at small n, and the old normal-quantile formula less still."""
+    for n, alpha in ((3, 0.05), (5, 0.05), (5, 0.05 / 8), (10, 0.01)):
+        k, df = detectable_multiplier(n, alpha), n - 1
+        crit = sps.t.ppf(1 - alpha / 2, df)
+        r = np.sqrt(sps.chi2.ppf((np.arange(4000) + 0.5) / 4000, df) / df)  # finer than the function's nodes
+        assert sps.nct.sf(crit, df, k * r * math.sqrt(n)).mean() == pytest.approx(0.80, abs=0.005)
+        plug_in = sps.nct.sf(crit, df, k * math.sqrt(n))  # if s were exactly sigma
+        assert plug_in > 0.80
+    assert detectable_multiplier(5, 0.05) == pytest.approx(2.09, abs=0.01)  # vs 1.66 of (t_.975 + t_.8) / sqrt(n)
+    assert detectable_multiplier(10, 0.05) < detectable_multiplier(5, 0.05) < detectable_multiplier(3, 0.05)
+    assert math.isnan(detectable_effect(1.0, 1)) and math.isnan(detectable_multiplier(1))
+
+
+def test_seeds_needed_inverts_the_detectable_effect():
+    sd, effect, alpha = 0.4, math.log(3.0), 0.05 / 6
+    n = seeds_needed(effect, sd, alpha)
+    assert n is not None and n >= 3
+    assert detectable_effect(sd, n, alpha) <= effect < detectable_effect(sd, n - 1, alpha)
+    assert seeds_needed(effect, 100.0, alpha) is None  # more than 200
+    assert seeds_needed(effect, 0.0, alpha) == 2 and seeds_needed(0.0, sd) is None
+
+
+def test_size_verdict_places_the_papers_number_against_our_interval():
+    assert size_verdict(3.0, 3.0, 1.19, 1.93) == "smaller"
+    assert size_verdict(2.0, 2.6, 1.25, 1.54) == "smaller"
+    assert size_verdict(2.0, 2.6, 2.4, 3.1) == "consistent"  # the range overlaps ours
+    assert size_verdict(3.0, 3.0, 3.5, 5.0) == "larger"
+    assert size_verdict(3.0, 3.0, 0.0, 1.4) == "smaller"  # "<1.40x": a bound below the paper's number
+    assert size_verdict(3.0, 3.0, 0.0, 5.28) == "not comparable"  # "<5.28x" includes 3x: says nothing
+    assert size_verdict(3.0, 3.0, 4.0, math.inf) == "larger"  # ">4.00x"
+    assert size_verdict(3.0, 3.0, 2.0, math.inf) == "not comparable"
+    assert size_verdict(3.0, 3.0, math.nan, 2.0) == "not comparable"
 
 
 def test_holm_step_down_closed_form():
@@ -106,6 +156,33 @@ def test_speedup_paired_and_censored():
     assert (fast.bound, fast.kimg_bound, fast.value) == (">", "<", pytest.approx(4.0))
     with pytest.raises(ValueError):
         speedup(base, arm[:2])
+
+
+def test_speedup_censored_both_ways_bounds_nothing():
+    """Two seeds reach the level before the first point (ratio >= 16/4 each), one never does
+    (ratio <= 1): the geometric mean of these bounds (here 2.52x) is neither an upper nor a lower
+    bound of the truth, so it is not printed (it used to read "<2.52x" whatever the truth was)."""
+    base = [([4, 8, 12, 16], [200.0, 120.0, 90.0, 80.0])] * 3
+    arm = [([4, 8, 12, 16], [70.0, 60.0, 50.0, 40.0])] * 2 + [([4, 8, 12, 16], [300.0, 200.0, 150.0, 100.0])]
+    s = speedup(base, arm, seeds=[0, 1, 2])
+    assert s.bound == "both" and math.isnan(s.value) and math.isnan(s.ci_low)
+    assert s.label() == "n/a (censored both ways)"
+    assert [r.censoring for r in s.seeds] == ["early", "early", "never"] and [r.seed for r in s.seeds] == [0, 1, 2]
+
+
+def test_speedup_drops_a_seed_without_a_finite_level_or_curve():
+    good = ([4, 8, 12, 16], [200.0, 120.0, 90.0, 80.0])
+    arm = ([4, 8, 12, 16], [150.0, 80.0, 70.0, 60.0])  # reaches 80 at 8 kimg: 2x
+    nan_level = ([4, 8, 12, 16], [200.0, 120.0, 90.0, float("nan")])  # the baseline's last FID failed
+    s = speedup([good, nan_level, good], [arm, arm, ([4, 8], [float("nan")] * 2)], seeds=[0, 1, 2])
+    # before: the NaN level counted as "never reached" and the result read "<1.00x"
+    assert s.bound == "" and s.value == pytest.approx(2.0) and s.per_seed == (pytest.approx(2.0),)
+    assert [(r.seed, r.censoring) for r in s.seeds] == [(0, ""), (1, "dropped"), (2, "dropped")]
+    assert "not finite" in s.seeds[1].note and "arm" in s.seeds[2].note
+    assert s.seeds[0].target == 80.0 and s.seeds[0].total_kimg == 16 and s.seeds[0].reach_kimg == pytest.approx(8.0)
+    # the level is the baseline's *last progress point*, not a final FID the caller could pass
+    assert speedup([([4, 8], [200.0, 100.0])], [([4, 8], [150.0, 100.0])]).value == pytest.approx(1.0)
+    assert math.isnan(speedup([nan_level], [([4, 8], [float("nan")] * 2)]).value)
 
 
 def test_json_safe_writes_strict_json():

@@ -9,14 +9,14 @@ import pytest
 from timestep_lab.verdicts import CLAIMS, arm_of, compare_group, judge_claims
 
 
-def _rows(group, sampler, weighting, seeds, fids, *, batch=128, prediction="eps", progress=None, tag=""):
+def _rows(group, sampler, weighting, seeds, fids, *, batch=128, prediction="eps", progress=None, tag="", kimg=24.0):
     rows = []
     for seed, fid in zip(seeds, fids):
         run = f"{sampler}_{weighting}_{prediction}_b{batch}_linear_s{seed}{tag}"
         base = dict(run=run, arm=arm_of(run, seed), seed=seed, groups=group, sampler=sampler,
                     weighting=weighting, prediction=prediction, batch_size=batch, schedule="linear",
                     metric="fid", tool="torch-fidelity")
-        rows.append({**base, "stage": "final", "kimg": 24.0, "value": fid})
+        rows.append({**base, "stage": "final", "kimg": kimg, "value": fid})
         for kimg, value in (progress or {}).get(seed, []):
             rows.append({**base, "stage": "progress", "kimg": kimg, "value": value})
     return rows
@@ -53,37 +53,117 @@ def test_compare_group_pairs_by_seed_and_holm_adjusts():
     assert "speedup" not in out["comparisons"]["adaptive_none_eps_b128_linear"]  # no progress curve
 
 
+INTERFERENCE = {"n": 3, "diff": 0.4, "ci_low": 0.1, "ci_high": 0.7, "p": 0.012, "sd": 0.12}
+
+
+def _judged(*args, **kw):
+    return {r["id"]: r for r in judge_claims(*args, **kw)["claims"]}
+
+
 def test_verdicts_reproduced_inconclusive_and_not_run():
-    rows = {r["id"]: r for r in judge_claims(_study(), {"interference": {"n": 3, "diff": 0.4, "ci_low": 0.1,
-                                                                          "ci_high": 0.7, "detectable": 0.2}})}
+    out = judge_claims(_study(), {"interference": INTERFERENCE})
+    rows = {r["id"]: r for r in out["claims"]}
     assert [r for r in rows] == [c.id for c in CLAIMS]
-    assert rows["speed_faster"]["verdict"] == "reproduced"
+    # one family: speed vs uniform, adaptive vs uniform, the interference analysis
+    assert out["family"]["size"] == 3 and all(rows[c]["family_size"] == 3 for c in rows)
+    assert rows["speed_faster"]["verdict"] == "reproduced" and rows["speed_faster"]["p_adj"] >= rows["speed_faster"]["p"]
     assert rows["adaptive_faster"]["verdict"] == "inconclusive" and rows["adaptive_faster"]["detectable"] > 0
+    assert rows["adaptive_faster"]["detectable_level"] == pytest.approx(0.05 / 3)
     assert rows["slot_interference"]["verdict"] == "reproduced"
+    assert rows["slot_interference"]["p_adj"] == pytest.approx(2 * 0.012)  # second smallest p of 3: Holm times 2
     for cid in ("clts_faster", "mixed_heads", "momentum_decay", "table1_pretrained", "same_noise_same_image"):
         assert rows[cid]["verdict"] == "not run" and rows[cid]["needs"]
+    # every field of the claim's record travels with its verdicts
+    rec = rows["speed_faster"]
+    assert rec["quote"] and rec["where"] == "Abstract" and rec["status"] == "finding" and rec["numbers"][0]["text"] == "3x"
+    assert rec["source"]["ref"] == "arXiv 2405.17403" and rec["arm_selector"] == {"sampler": "speed", "weighting": "speed"}
 
 
 def test_an_effect_against_the_claim_is_contradicted():
-    rows = {r["id"]: r for r in judge_claims(_study(effect_speed=+30.0))}
+    rows = _judged(_study(effect_speed=+30.0))
     assert rows["speed_faster"]["verdict"] == "contradicted"
+
+
+def test_speedup_size_is_judged_against_the_papers_number():
+    """SpeeD claims 3x; the synthetic arm reaches uniform's level at about 1.6x in every seed."""
+    row = _judged(_study())["speed_faster"]
+    assert row["speedup_detail"]["value"] == pytest.approx(1.6, abs=0.05) and row["size_verdict"] == "smaller"
+    assert "3x" in row["size_detail"] and row["seeds_needed"]["effect"] == "3x"
+    adaptive = _judged(_study())["adaptive_faster"]  # a pair of FIDs against SpeeD, not uniform
+    assert adaptive["size_verdict"] == "not comparable" and "SpeeD" in adaptive["size_detail"]
+
+
+def test_a_seed_with_a_failed_fid_is_left_out_everywhere():
+    df = _study()
+    df.loc[(df["sampler"] == "adaptive") & (df["seed"] == 2) & (df["stage"] == "final"), "value"] = float("nan")
+    out = compare_group(df, "sampler_comparison", {"sampler": "uniform", "weighting": "none"})
+    ad = "adaptive_none_eps_b128_linear"
+    assert out["comparisons"][ad]["seeds"] == [0, 1, 3, 4] and out["comparisons"][ad]["n"] == 4
+    assert out["arms"][ad]["seeds"] == [0, 1, 3, 4] and np.isfinite(out["arms"][ad]["mean"])
+
+
+def test_mixed_heads_finding_and_hypothesis_share_one_comparison():
+    """Sec. 3.2 finds mixed heads worse than eps; the abstract hypothesises better. Mixed 100 FID
+    worse reproduces the finding and contradicts the hypothesis, and the family counts the one
+    comparison once."""
+    rng = np.random.default_rng(3)
+    eps = 100 + rng.normal(0, 5, 3)
+    df = pd.DataFrame(_rows("prediction_types", "uniform", "none", [0, 1, 2], eps)
+                      + _rows("prediction_types", "uniform", "none", [0, 1, 2], eps + 100 + rng.normal(0, 3, 3),
+                              prediction="mixed"))
+    out = judge_claims(df)
+    rows = {r["id"]: r for r in out["claims"]}
+    assert rows["mixed_heads"]["verdict"] == "reproduced" and rows["mixed_heads"]["status"] == "finding"
+    assert rows["mixed_heads_hypothesis"]["verdict"] == "contradicted"
+    assert rows["mixed_heads_hypothesis"]["status"] == "hypothesis"
+    assert rows["mixed_heads"]["test"] == rows["mixed_heads_hypothesis"]["test"] and out["family"]["size"] == 1
+    assert "Sec. 3.2" in rows["mixed_heads"]["where"] and "often worse" in rows["mixed_heads"]["quote"]
+
+
+def _plateau(fids, drop):
+    """Progress curves ending at ``fids`` whose FID fell by ``drop`` over the last third."""
+    return {s: [(8, f * 3), (16, f / (1 - drop)), (24, f)] for s, f in enumerate(fids)}
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_small_batch_claim_uses_the_smallest_batch_against_the_base_batch(seed):
     rng = np.random.default_rng(seed)
     big = 100 + rng.normal(0, 5, 3)
-    df = pd.DataFrame(_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128)
+    flat = _plateau(big, 0.05)  # the base batch's FID fell 5% over the last third: converged
+    df = pd.DataFrame(_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128, progress=flat)
                       + _rows("batch_size", "uniform", "none", [0, 1, 2], big - 40, batch=16))
-    row = {r["id"]: r for r in judge_claims(df, base_batch=128)}["small_batch"]
-    # the seed paper finds the small batch *worse* at an equal per-timestep budget (Fig. 1):
-    # a small batch 40 FID better contradicts it
+    row = _judged(df, base_batch=128)["small_batch"]
+    # the seed paper finds the small batch's *final model* worse at an equal per-timestep budget
+    # (Fig. 1): a small batch 40 FID better contradicts it, in a study trained to convergence
     assert row["arm"] == "uniform_none_eps_b16_linear" and row["verdict"] == "contradicted"
+    assert row["regime"]["converged"] is True and row["regime"]["plateau"]["drop"] == pytest.approx(0.05)
     # the small batch's retraining toward t = 0 (one seed, also batch 16) is not the small-batch arm
     tz = [{**r, "run": "toward_zero_from-" + r["run"], "arm": arm_of("toward_zero_from-" + r["run"], 0)}
           for r in _rows("batch_size", "toward_zero", "none", [0], [big[0] - 80], batch=16)]
-    worse = pd.DataFrame(_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128)
+    worse = pd.DataFrame(_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128, progress=flat)
                          + _rows("batch_size", "uniform", "none", [0, 1, 2], big + 40, batch=16) + tz)
-    row = {r["id"]: r for r in judge_claims(worse, base_batch=128)}["small_batch"]
+    row = _judged(worse, base_batch=128)["small_batch"]
     assert row["arm"] == "uniform_none_eps_b16_linear" and row["n"] == 3
-    assert {r["id"]: r for r in judge_claims(worse, base_batch=128)}["small_batch"]["verdict"] == "reproduced"
+    assert row["verdict"] == "reproduced"
+
+
+def test_a_convergence_claim_is_not_judged_while_the_baseline_still_improves():
+    rng = np.random.default_rng(0)
+    big = 100 + rng.normal(0, 5, 3)
+    rows = (_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128, progress=_plateau(big, 0.3))
+            + _rows("batch_size", "uniform", "none", [0, 1, 2], big + 40, batch=16))
+    floor = {"format": "timestep_lab.floor/1", "records": [
+        {"tool": "torch-fidelity", "metric": "fid", "value": 9.0, "ci": [2.0, 20.0], "num_samples": 359}]}
+    out = judge_claims(pd.DataFrame(rows), base_batch=128, floor=floor)
+    row = {r["id"]: r for r in out["claims"]}["small_batch"]
+    assert row["verdict"] == "not judged at this length" and "30%" in row["verdict_note"]
+    assert row["n"] == 3 and row["diff"] == pytest.approx(40, abs=1e-9)  # measured and shown, just not judged
+    assert out["family"]["size"] == 0  # and not in the family
+    reg = row["regime"]
+    assert reg["converged"] is False and reg["train_kimg"] == 24.0 and reg["floor"]["value"] == 9.0
+    assert reg["baseline_fid"] == pytest.approx(big.mean()) and reg["floor_ratio"] == pytest.approx(big.mean() / 9.0)
+    # without progress curves convergence is unknown: not judged either
+    bare = pd.DataFrame(_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128)
+                        + _rows("batch_size", "uniform", "none", [0, 1, 2], big + 40, batch=16))
+    row = _judged(bare, base_batch=128)["small_batch"]
+    assert row["verdict"] == "not judged at this length" and row["regime"]["converged"] is None

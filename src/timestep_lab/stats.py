@@ -1,4 +1,4 @@
-"""Paired comparisons across seeds: differences, intervals, Holm correction, verdicts, speed-ups.
+"""Paired comparisons across seeds: differences, intervals, Holm correction, verdicts, power, speed-ups.
 
 Every comparison in a study is *paired*: for seed ``s`` the arm and the group's baseline arm
 start from the same weights, see the same data and noise streams and are scored with the same
@@ -9,31 +9,45 @@ What this module computes (docs/methods.md §9):
 
 * ``paired(baseline, arm)``: mean difference ``d̄``, its standard error ``s_d / √n``, a 95%
   Student-t interval ``d̄ ± t_{0.975, n-1} · s_d / √n``, the two-sided paired t-test p-value,
-  and the smallest effect this design could have detected (80% power at α = 0.05,
-  ``(t_{0.975,n-1} + t_{0.80,n-1}) · s_d / √n``). Also on log FID, where a difference is a ratio.
-* ``holm(p)``: Holm's step-down adjustment across the arms of one group.
+  and the detectable effect (:func:`detectable_effect`). Also on log FID, where a difference is a ratio.
+* ``detectable_effect(sd, n, alpha)``: the true difference a two-sided paired t-test at level
+  ``alpha`` finds with 80% power (noncentral t), estimated from the sample SD and calibrated for
+  that estimate's spread at ``n``; ``seeds_needed`` inverts it.
+* ``holm(p)``: Holm's step-down adjustment across a family of comparisons.
 * ``verdict(...)``: reproduced / contradicted / inconclusive from the interval and the sign the
   paper claims. An interval that covers 0 is "inconclusive" whatever its mean says.
-* ``speedup(...)``: images an arm needs to reach the baseline's final FID, with log-FID
-  interpolation between progress points, censored at both ends ("> x", "< x").
+* ``size_verdict(...)``: the paper's number (or range) against our interval: consistent,
+  smaller, larger, or not comparable (with the reason).
+* ``speedup(...)``: images an arm needs to reach the baseline's FID at its last progress point,
+  with log-FID interpolation between progress points, per seed, censored at both ends.
 
 Pure numpy/scipy; no torch, no pandas, so reports and the workflow can import it cheaply.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy import special as spf
 from scipy import stats as sps
 
-__all__ = ["Paired", "paired", "holm", "verdict", "Speedup", "kimg_to_reach", "speedup",
-           "VERDICTS", "json_safe", "holm_table"]
+__all__ = ["Paired", "paired", "holm", "verdict", "Speedup", "SeedSpeedup", "kimg_to_reach", "speedup",
+           "VERDICTS", "SIZE_VERDICTS", "NOT_JUDGED", "json_safe", "holm_table", "detectable_multiplier",
+           "detectable_effect", "seeds_needed", "size_verdict"]
 
-#: The verdict vocabulary of reports and ``verdicts.json``.
-VERDICTS = ("reproduced", "contradicted", "inconclusive", "not run")
+#: A convergence claim in a study too short to say anything about convergence (docs/methods.md §9.7).
+NOT_JUDGED = "not judged at this length"
+#: The direction-verdict vocabulary of reports and ``verdicts.json``.
+VERDICTS = ("reproduced", "contradicted", "inconclusive", NOT_JUDGED, "not run")
+#: The size-verdict vocabulary: the paper's number against our interval (docs/methods.md §9.3).
+SIZE_VERDICTS = ("consistent", "smaller", "larger", "not comparable")
+
+#: Power the detectable effect is defined at.
+POWER = 0.80
 
 
 @dataclass(frozen=True)
@@ -42,8 +56,8 @@ class Paired:
 
     ``ci_low``/``ci_high`` bound the mean difference (95% Student-t interval); ``p`` is the
     two-sided paired t-test p-value (``p_adj`` after Holm, filled by :func:`holm_table`);
-    ``detectable`` is the smallest |mean difference| this design detects with 80% power at
-    α = 0.05 given the observed spread of differences. NaN where ``n < 2``.
+    ``detectable`` is :func:`detectable_effect` at ``alpha`` (the level it was computed for).
+    NaN where ``n < 2``.
     """
 
     n: int
@@ -57,18 +71,25 @@ class Paired:
     detectable: float
     interval: str = "t95"
     p_adj: float = math.nan
+    alpha: float = 0.05
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=None)
+def _t_quantile(q: float, df: int) -> float:
+    return float(sps.t.ppf(q, df))
+
+
 def paired(baseline: Sequence[float], arm: Sequence[float], *, log: bool = False,
-           level: float = 0.95, power: float = 0.80) -> Paired:
+           level: float = 0.95, alpha: float = 0.05) -> Paired:
     """Paired difference ``arm - baseline`` (per position = per seed), optionally of ``log``.
 
     ``baseline[i]`` and ``arm[i]`` must come from the same seed; non-finite pairs are dropped
     (a failed run is missing data, not a zero). With ``log=True`` the difference is
-    ``log(arm) - log(baseline)``: ``exp(diff)`` is the geometric-mean FID ratio.
+    ``log(arm) - log(baseline)``: ``exp(diff)`` is the geometric-mean FID ratio. ``alpha``: the
+    test level the detectable effect is computed for (the verdict's level, e.g. Holm's alpha / m).
     """
     b = np.asarray(baseline, dtype=np.float64)
     a = np.asarray(arm, dtype=np.float64)
@@ -82,22 +103,77 @@ def paired(baseline: Sequence[float], arm: Sequence[float], *, log: bool = False
     n = int(a.size)
     nan = math.nan
     if n == 0:
-        return Paired(0, nan, nan, nan, nan, nan, nan, nan, nan)
+        return Paired(0, nan, nan, nan, nan, nan, nan, nan, nan, alpha=alpha)
     d = a - b
     mean = float(d.mean())
     if n < 2:
-        return Paired(n, float(b.mean()), float(a.mean()), mean, nan, nan, nan, nan, nan)
+        return Paired(n, float(b.mean()), float(a.mean()), mean, nan, nan, nan, nan, nan, alpha=alpha)
     sd = float(d.std(ddof=1))
     se = sd / math.sqrt(n)
-    tq = float(sps.t.ppf(0.5 + level / 2, n - 1))
+    tq = _t_quantile(0.5 + level / 2, n - 1)
     if se == 0.0:
         # identical differences: the interval is the point; p is 0 unless the point is 0
         p = 1.0 if mean == 0.0 else 0.0
     else:
-        p = float(2 * sps.t.sf(abs(mean) / se, n - 1))
-    detectable = (tq + float(sps.t.ppf(power, n - 1))) * se
+        p = float(2 * spf.stdtr(n - 1, -abs(mean) / se))  # = 2 t.sf(|t|), without scipy.stats' overhead
     return Paired(n, float(b.mean()), float(a.mean()), mean, sd, mean - tq * se, mean + tq * se,
-                  p, detectable)
+                  p, detectable_effect(sd, n, alpha), alpha=alpha)
+
+
+@functools.lru_cache(maxsize=None)
+def detectable_multiplier(n: int, alpha: float = 0.05, power: float = POWER, nodes: int = 64) -> float:
+    """``k`` such that a true mean difference ``k · s_d`` is found with probability ``power``.
+
+    Found means: a two-sided paired t-test over ``n`` seeds rejects at level ``alpha`` on the
+    side of the effect, i.e. ``T' > t_{1-alpha/2, n-1}`` with ``T'`` noncentral t (``n - 1``
+    degrees of freedom, noncentrality ``delta √n / sigma``). ``s_d`` is the *sample* SD, itself
+    noisy (``s_d / sigma ~ sqrt(chi2_{n-1} / (n-1))``): ``k`` makes the power ``power`` on
+    average over that spread (``nodes`` midpoint quantiles), so a printed ``k · s_d`` is found
+    ``power`` of the time in a fresh study of the same design. Plugging ``s_d`` in for ``sigma``
+    instead would be optimistic (about 72% at n = 5). Cached per ``(n, alpha, power)``.
+    """
+    if n < 2:
+        return math.nan
+    df = n - 1
+    r = np.sqrt(sps.chi2.ppf((np.arange(nodes) + 0.5) / nodes, df) / df)  # quantiles of s_d / sigma
+    crit = float(sps.t.ppf(1 - alpha / 2, df))
+
+    def shortfall(k: float) -> float:
+        return float(sps.nct.sf(crit, df, k * r * math.sqrt(n)).mean()) - power
+
+    hi = 1.0
+    while shortfall(hi) < 0:
+        hi *= 2
+    from scipy.optimize import brentq  # only needed the first time per (n, alpha, power)
+
+    return float(brentq(shortfall, hi / 2 if hi > 1 else 0.0, hi, xtol=1e-6))
+
+
+def detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = POWER) -> float:
+    """The smallest true |mean difference| found with ``power`` at level ``alpha`` over ``n``
+    paired seeds, estimated from the sample SD ``sd`` (:func:`detectable_multiplier`); NaN
+    below 2 seeds or without a finite SD."""
+    if n < 2 or sd is None or not math.isfinite(sd):
+        return math.nan
+    return detectable_multiplier(int(n), float(alpha), float(power)) * float(sd)
+
+
+def seeds_needed(effect: float, sd: float, alpha: float = 0.05, power: float = POWER, max_n: int = 200) -> int | None:
+    """Fewest paired seeds whose :func:`detectable_effect` (same ``sd``, ``alpha``, ``power``)
+    is at most ``|effect|``: how many seeds would resolve an effect of that size. None when
+    more than ``max_n`` are needed or ``sd``/``effect`` are not finite; 2 when ``sd`` is 0."""
+    if effect is None or sd is None or not (math.isfinite(effect) and math.isfinite(sd)) or effect == 0:
+        return None
+    if sd == 0:
+        return 2
+    ok = lambda n: detectable_multiplier(n, float(alpha), float(power)) * sd <= abs(effect)  # noqa: E731
+    if not ok(max_n):
+        return None
+    lo, hi = 2, max_n  # the multiplier falls with n: bisect for the first n that is enough
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
+    return lo
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -132,7 +208,7 @@ def verdict(ci_low: float | None, ci_high: float | None, expected_sign: int, p_a
     reproduced: the interval excludes 0 on the claimed side; contradicted: it excludes 0 on the
     other side; inconclusive: it covers 0 (or could not be computed), or the Holm-adjusted
     ``p_adj`` (when given) is not below ``alpha``: an interval that excludes 0 only before the
-    correction for the other arms of its group is not evidence. ``None`` (JSON null, as
+    correction for the other comparisons of its family is not evidence. ``None`` (JSON null, as
     :func:`json_safe` writes NaN) counts as not computed.
     """
     if expected_sign not in (-1, 1):
@@ -146,6 +222,25 @@ def verdict(ci_low: float | None, ci_high: float | None, expected_sign: int, p_a
     if ci_low > 0:
         return "reproduced" if expected_sign > 0 else "contradicted"
     return "inconclusive"
+
+
+def size_verdict(paper_low: float, paper_high: float, ours_low: float, ours_high: float) -> str:
+    """Where the paper's number (``paper_low == paper_high``) or range lies against our interval.
+
+    "consistent": they overlap; "smaller": our whole interval lies below the paper's number (our
+    effect is smaller); "larger": above it; "not comparable": an end is missing (NaN). A one-sided
+    (censored) interval passes ``0`` or ``inf`` as its open end; an overlap with it says nothing, so
+    it is "not comparable" too (the caller says why)."""
+    vals = (paper_low, paper_high, ours_low, ours_high)
+    if any(v is None or math.isnan(v) for v in vals):
+        return "not comparable"
+    if ours_high < paper_low:
+        return "smaller"
+    if ours_low > paper_high:
+        return "larger"
+    if math.isinf(ours_high) or ours_low <= 0:
+        return "not comparable"
+    return "consistent"
 
 
 def kimg_to_reach(kimg: Sequence[float], fid: Sequence[float], target: float) -> float:
@@ -171,18 +266,42 @@ def kimg_to_reach(kimg: Sequence[float], fid: Sequence[float], target: float) ->
 
 
 @dataclass(frozen=True)
+class SeedSpeedup:
+    """One seed of a speed-up: the level ``target`` (the baseline's FID at its last progress
+    point, ``total_kimg``), the kimg the arm needs to reach it (``reach_kimg``; for a censored
+    seed the progress point that bounds it), ``ratio = total_kimg / reach_kimg`` and
+    ``censoring``: "" (reached between two points), "early" (at or before the first point: the
+    ratio is a lower bound), "never" (not by the last point: an upper bound) or "dropped" (no
+    finite level or no finite arm point: left out, ``note`` says why)."""
+
+    seed: int | str | None
+    target: float
+    total_kimg: float
+    reach_kimg: float
+    ratio: float
+    censoring: str
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Speedup:
-    """Speed-up of an arm: ``kimg_baseline_total / kimg_arm_to_reach(baseline final FID)``.
+    """Speed-up of an arm: ``kimg_baseline_total / kimg_arm_to_reach(baseline level)`` per seed.
 
     ``value`` is the geometric mean of the per-seed ratios; ``ci_low``/``ci_high`` a 95%
     t-interval on the per-seed log ratios (NaN with < 2 seeds or when censored). Censoring
     (docs/methods.md §9.4), stated on the images the arm needs (``kimg_bound``) and on the ratio
     (``bound``), which point opposite ways:
 
-    * some seed never reached the target: it needs "> last kimg" images, so its ratio is at most
-      ``K / last`` and the speed-up is reported as "< value";
-    * else some seed reached it at or before its first progress point: it needs "< first kimg"
-      images, so the speed-up is "> value" (the spacing of progress points cannot say more).
+    * some seed never reached the level: its ratio is at most ``K / last``, so the geometric
+      mean of the ratios (each an upper bound) is reported as "< value";
+    * some seed reached it at or before its first progress point: its ratio is at least
+      ``K / first``, and the speed-up is "> value" (the spacing of points cannot say more);
+    * both at once: the mean is bounded neither way: ``bound`` "both", ``value`` NaN, "n/a".
+
+    ``per_seed`` holds every seed's ratio (kept seeds), ``seeds`` every seed's record, dropped ones too.
     """
 
     value: float
@@ -191,49 +310,71 @@ class Speedup:
     bound: str
     kimg_bound: str
     per_seed: tuple[float, ...]
+    seeds: tuple[SeedSpeedup, ...] = ()
 
     def label(self) -> str:
+        if self.bound == "both":
+            return "n/a (censored both ways)"
         if not math.isfinite(self.value):
             return "n/a"
         return f"{self.bound}{self.value:.2f}x"
 
 
 def speedup(baseline: Sequence[tuple[Sequence[float], Sequence[float]]],
-            arm: Sequence[tuple[Sequence[float], Sequence[float]]]) -> Speedup:
-    """Paired speed-up from progress curves; ``baseline[i]``/``arm[i]`` = ``(kimg, fid)`` of seed i.
+            arm: Sequence[tuple[Sequence[float], Sequence[float]]], seeds: Sequence[int | str] | None = None) -> Speedup:
+    """Paired speed-up from progress curves; ``baseline[i]``/``arm[i]`` = ``(kimg, fid)`` of seed
+    ``seeds[i]`` (default: its position).
 
-    Per seed: target ``F`` = the baseline's FID at its last point, ``K`` = that point's kimg;
-    ratio = ``K / kimg_to_reach(arm, F)``. A seed that never reaches ``F`` uses the arm's last
+    Per seed: the level ``F`` = the baseline's FID at its last progress point (same sample count
+    and protocol as the arm's curve), ``K`` = that point's kimg; ratio = ``K / kimg_to_reach(arm, F)``.
+    A seed whose ``F`` is not a finite positive FID, or whose arm curve has no finite point, is
+    dropped (missing data: it bounds nothing). A seed that never reaches ``F`` uses the arm's last
     kimg and one that reaches it at its first point uses that kimg; both censor the result (see
     :class:`Speedup`) and suppress the interval.
     """
     if len(baseline) != len(arm):
         raise ValueError("speedup needs one baseline curve per arm curve (paired seeds)")
-    ratios: list[float] = []
-    never = early = False
-    for (bk, bf), (ak, af) in zip(baseline, arm):
+    seeds = list(range(len(baseline))) if seeds is None else list(seeds)
+    records: list[SeedSpeedup] = []
+    nan = math.nan
+    for seed, (bk, bf), (ak, af) in zip(seeds, baseline, arm):
         pts = sorted(zip(bk, bf))
-        if not pts or not len(ak):
+        arm_pts = [float(k) for k, f in zip(ak, af) if math.isfinite(float(f)) and float(f) > 0]
+        if not pts:
+            records.append(SeedSpeedup(seed, nan, nan, nan, nan, "dropped", "no baseline curve"))
             continue
         total, target = float(pts[-1][0]), float(pts[-1][1])
+        if not (math.isfinite(target) and target > 0):
+            records.append(SeedSpeedup(seed, target, total, nan, nan, "dropped", "baseline's last FID is not finite"))
+            continue
+        if not arm_pts:
+            records.append(SeedSpeedup(seed, target, total, nan, nan, "dropped", "no finite FID on the arm's curve"))
+            continue
         reach = kimg_to_reach(ak, af, target)
-        first, last = float(min(ak)), float(max(ak))
+        first, last = min(arm_pts), max(arm_pts)
+        censoring = ""
         if not math.isfinite(reach):
-            never, reach = True, last
+            censoring, reach = "never", last
         elif reach <= first:
-            early, reach = True, first
-        ratios.append(total / reach)
-    if not ratios:
-        return Speedup(math.nan, math.nan, math.nan, "", "", ())
+            censoring, reach = "early", first
+        records.append(SeedSpeedup(seed, target, total, reach, total / reach, censoring))
+    kept = [r for r in records if r.censoring != "dropped"]
+    if not kept:
+        return Speedup(nan, nan, nan, "", "", (), tuple(records))
+    ratios = [r.ratio for r in kept]
     logs = np.log(np.asarray(ratios))
+    never = any(r.censoring == "never" for r in kept)
+    early = any(r.censoring == "early" for r in kept)
+    if never and early:
+        return Speedup(nan, nan, nan, "both", "both", tuple(ratios), tuple(records))
     value = float(np.exp(logs.mean()))
     bound, kimg_bound = ("<", ">") if never else ((">", "<") if early else ("", ""))
-    lo = hi = math.nan
+    lo = hi = nan
     if not bound and len(ratios) >= 2:
         se = float(logs.std(ddof=1)) / math.sqrt(len(ratios))
-        tq = float(sps.t.ppf(0.975, len(ratios) - 1))
+        tq = _t_quantile(0.975, len(ratios) - 1)
         lo, hi = float(np.exp(logs.mean() - tq * se)), float(np.exp(logs.mean() + tq * se))
-    return Speedup(value, lo, hi, bound, kimg_bound, tuple(float(r) for r in ratios))
+    return Speedup(value, lo, hi, bound, kimg_bound, tuple(ratios), tuple(records))
 
 
 def json_safe(obj):

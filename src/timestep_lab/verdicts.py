@@ -1,4 +1,4 @@
-"""Paired comparisons per study group and a verdict per paper claim (docs/methods.md §9).
+"""Paired comparisons per study group, and the claims measured and judged (docs/methods.md §9).
 
 Input: the tidy metrics table written by the results collection (one row per run x stage x
 images seen x metric x tool, with the run's axes, ``seed``, ``groups`` and ``arm`` = the run id
@@ -6,11 +6,14 @@ without its seed). Output: plain dicts, ready for ``summary.json``/``verdicts.js
 
 * :func:`compare_group`: within one group, every arm against the group's baseline arm, paired by
   seed: final-FID difference and log-FID difference with 95% t-intervals, Holm-adjusted p across
-  the arms of the group, and the speed-up from progress curves (:func:`timestep_lab.stats.speedup`).
+  the arms of the group (the group reports' adjustment), and the per-seed, censored speed-up from
+  progress curves (:func:`timestep_lab.stats.speedup`).
 * :data:`GROUP_BASELINES` + :func:`study_comparisons`: :func:`compare_group` for every group
   of a study against its baseline arm (within each schedule for ``schedules``).
-* :data:`CLAIMS` + :func:`judge_claims`: one verdict per claim: reproduced, contradicted,
-  inconclusive (with the smallest effect this budget could detect) or not run (with what it needs).
+* :func:`regime`: how far the study trained: the baseline's final FID beside the floor (the
+  held-out split's FID), the training length, and whether the baseline's FID has stopped falling.
+* :func:`judge_claims`: the claims of :mod:`timestep_lab.claims` measured (the comparison each
+  reads, its regime) and judged as one family (:func:`timestep_lab.family.judge_family`).
 * :func:`interference_effect`, :func:`consistency_effect`: the measured effect of the two
   analysis claims, read from the analyses' output dicts.
 
@@ -20,21 +23,38 @@ Knows nothing about Snakemake, files or plotting.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
-from timestep_lab.stats import holm, paired, speedup, verdict
+from timestep_lab.claims import CLAIMS, CONSTANT_BASE, UNIFORM, Claim
+from timestep_lab.family import ALPHA, judge_family
+from timestep_lab.stats import Speedup, holm, paired, speedup, verdict
 
 #: Sign of ``arm - baseline`` in final FID that a group's per-arm ``verdict`` tests: the arm lowers FID.
 BETTER = -1
 
 __all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "arm_of", "select_arm", "compare_group", "study_comparisons",
-           "judge_claims", "interference_effect", "consistency_effect", "FID_TOOL_ORDER", "speedup_text"]
+           "judge_claims", "interference_effect", "consistency_effect", "FID_TOOL_ORDER", "speedup_text", "regime",
+           "PLATEAU_DROP", "floor_record"]
 
 #: Which tool's FID is the headline when several measured the same samples.
 FID_TOOL_ORDER = ("torch-fidelity", "clean-fid")
+
+#: Per group: the baseline arm every other arm is compared with, and the column whose values are
+#: compared separately (``schedules``: uniform vs the others within each noise schedule).
+GROUP_BASELINES: dict[str, tuple[dict[str, Any], str | None]] = {
+    "sampler_comparison": (UNIFORM, None),
+    "schedules": (UNIFORM, "schedule"),
+    "prediction_types": ({"prediction": "eps"}, None),
+    "batch_size": ({"batch_size": "{base}"}, None),
+    "consistency": (CONSTANT_BASE, None),
+}
+
+#: Convergence claims are judged only when the baseline's FID fell by less than this fraction
+#: over the last third of its training (geometric mean over seeds; docs/methods.md §9.7).
+PLATEAU_DROP = 0.10
 
 
 def arm_of(run_id: str, seed: Any) -> str:
@@ -77,11 +97,13 @@ def select_arm(df: pd.DataFrame, selector: Mapping[str, Any]) -> list[str]:
 def compare_group(metrics: pd.DataFrame, group: str, baseline: Mapping[str, Any]) -> dict[str, Any]:
     """Paired comparisons of every arm of ``group`` against the arm matching ``baseline``.
 
-    :returns: ``{"group", "baseline", "seeds", "arms": {arm: {...}}, "comparisons": {arm: {"n",
-        "diff", "ci_low", "ci_high", "p", "p_adj", "detectable", "log": {...}, "speedup": {...}}}}``;
-        ``comparisons`` is empty when the baseline arm is missing or has no finished seed.
-        Each comparison's ``verdict`` reads "reproduced" when the arm's final FID is lower than
-        the baseline's (interval below 0 and Holm-adjusted p < 0.05), "contradicted" when higher.
+    :returns: ``{"group", "baseline", "seeds", "arms": {arm: {"n", "mean", "seeds"}}, "comparisons":
+        {arm: {"seeds", "n", "diff", "sd", "ci_low", "ci_high", "p", "p_adj", "detectable", "alpha",
+        "log": {...}, "speedup": {...}}}}``; ``comparisons`` is empty when the baseline arm is missing
+        or has no finished seed. Only seeds with a finite FID count (``seeds``, ``n``, ``mean``).
+        ``p_adj`` is Holm across the arms of this group, ``detectable`` at that level (``alpha`` =
+        0.05 / arms) and each comparison's ``verdict`` reads "reproduced" when the arm's final FID is
+        lower than the baseline's (interval below 0 and ``p_adj`` < 0.05), "contradicted" when higher.
     """
     final = _in_group(_fid(metrics, "final"), group)
     out: dict[str, Any] = {"group": group, "baseline": None, "arms": {}, "comparisons": {}}
@@ -90,35 +112,49 @@ def compare_group(metrics: pd.DataFrame, group: str, baseline: Mapping[str, Any]
         out["note"] = f"baseline {dict(baseline)} matches {len(base_arms)} arms"
         return out
     base = out["baseline"] = base_arms[0]
-    by_arm = {arm: dict(zip(d["seed"].astype(int), d["value"].astype(float))) for arm, d in final.groupby("arm")}
+    finite = final[np.isfinite(final["value"].astype(float))]  # a failed score is missing data, not a value
+    by_arm = {arm: dict(zip(d["seed"].astype(int), d["value"].astype(float))) for arm, d in finite.groupby("arm")}
     for arm, fids in sorted(by_arm.items()):
         vals = list(fids.values())
         out["arms"][arm] = {"n": len(vals), "mean": sum(vals) / len(vals), "seeds": sorted(fids)}
+    out["seeds"] = sorted(by_arm.get(base, {}))
+    if base not in by_arm:
+        return out
     prog = _in_group(_fid(metrics, "progress"), group)
     curves = {(arm, int(seed)): (d.sort_values("kimg")["kimg"].tolist(), d.sort_values("kimg")["value"].tolist())
               for (arm, seed), d in prog.groupby(["arm", "seed"])} if len(prog) else {}
+    others = [arm for arm in sorted(by_arm) if arm != base]
+    alpha = ALPHA / max(1, len(others))  # the level the group's Holm verdict needs of its first comparison
     stats = {}
-    for arm, fids in sorted(by_arm.items()):
-        if arm == base:
-            continue
+    for arm in others:
+        fids = by_arm[arm]
         seeds = sorted(set(fids) & set(by_arm[base]))
         b, a = [by_arm[base][s] for s in seeds], [fids[s] for s in seeds]
-        row = {"seeds": seeds, **paired(b, a).as_dict(), "log": paired(b, a, log=True).as_dict()}
-        # pair the final FID of the baseline's own run with the arm's progress curve; the
-        # baseline's last progress point is replaced by nothing: its final FID is the target
+        row = {"seeds": seeds, **paired(b, a, alpha=alpha).as_dict(), "log": paired(b, a, log=True, alpha=alpha).as_dict()}
+        # the level each seed's arm must reach is the baseline's FID at its *last progress point*
+        # (same sample count and protocol as the arm's curve), not its final FID
         pairs = [(s, curves.get((base, s)), curves.get((arm, s))) for s in seeds]
         pairs = [(s, bc, ac) for s, bc, ac in pairs if bc and ac]
         if pairs:
-            sp = speedup([bc for _, bc, _ in pairs], [ac for _, _, ac in pairs])
-            row["speedup"] = {"value": sp.value, "ci_low": sp.ci_low, "ci_high": sp.ci_high, "bound": sp.bound,
-                              "kimg_bound": sp.kimg_bound, "label": sp.label(), "n": len(pairs)}
+            row["speedup"] = speedup_dict(speedup([bc for _, bc, _ in pairs], [ac for _, _, ac in pairs],
+                                                  seeds=[s for s, _, _ in pairs]))
         stats[arm] = row
     for arm, p_adj in zip(stats, holm([r["p"] for r in stats.values()])):
         stats[arm]["p_adj"] = p_adj
         stats[arm]["verdict"] = verdict(stats[arm]["ci_low"], stats[arm]["ci_high"], BETTER, p_adj)
     out["comparisons"] = stats
-    out["seeds"] = sorted(by_arm[base])
     return out
+
+
+def speedup_dict(sp: Speedup) -> dict[str, Any]:
+    """A :class:`~timestep_lab.stats.Speedup` for JSON: value, interval, bounds, label, ``n`` (seeds
+    kept), ``sd_log`` (SD of the per-seed log ratios; NaN when censored or n < 2) and ``per_seed``
+    (every seed's level, kimg to reach it, ratio and censoring; dropped seeds with the reason)."""
+    logs = np.log(np.asarray(sp.per_seed, dtype=np.float64)) if sp.per_seed else np.array([])
+    sd_log = float(logs.std(ddof=1)) if logs.size >= 2 and not sp.bound else math.nan
+    return {"value": sp.value, "ci_low": sp.ci_low, "ci_high": sp.ci_high, "bound": sp.bound,
+            "kimg_bound": sp.kimg_bound, "label": sp.label(), "n": len(sp.per_seed), "sd_log": sd_log,
+            "per_seed": [r.as_dict() for r in sp.seeds]}
 
 
 def study_comparisons(metrics: pd.DataFrame, *, base_batch: int | None = None,
@@ -171,107 +207,20 @@ def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel")
             "mean_ratio": sum(ratio) / len(ratio) if ratio else math.nan}
 
 
-@dataclass(frozen=True)
-class Claim:
-    """One published claim and how this study tests it.
-
-    ``kind="fid"``: the final-FID difference ``arm - baseline`` in ``group`` should have sign
-    ``expected_sign`` (-1: the arm reaches a lower FID). ``kind="analysis"``: ``judge`` reads a
-    measured effect ``{"diff", "ci_low", "ci_high", "detectable", "n"}`` from the analyses dict.
-    A claim whose inputs are absent is "not run", with ``needs`` saying what would run it.
-    """
-
-    id: str
-    paper: str
-    statement: str
-    kind: str = "fid"
-    group: str = ""
-    arm: Mapping[str, Any] = field(default_factory=dict)
-    baseline: Mapping[str, Any] = field(default_factory=dict)
-    expected_sign: int = -1
-    needs: str = ""
-    analysis: str = ""
-
-
-SEED = "Xie & Agam 2025 (2502.01990)"
-SPEED = "SpeeD (2405.17403)"
-ADAPTIVE = "Kim et al. 2024 (2411.09998)"
-CONSISTENCY = "Consistency (2404.07946)"
-UNIFORM = {"sampler": "uniform", "weighting": "none"}
-#: the consistency group's plain arm: no optimizer-schedule override (``_opt...``) and the base width (``_ch...``)
-CONSTANT_BASE = {"arm!~": ["_opt", "_ch"]}
-
-#: Per group: the baseline arm every other arm is compared with, and the column whose values are
-#: compared separately (``schedules``: uniform vs the others within each noise schedule).
-GROUP_BASELINES: dict[str, tuple[dict[str, Any], str | None]] = {
-    "sampler_comparison": (UNIFORM, None),
-    "schedules": (UNIFORM, "schedule"),
-    "prediction_types": ({"prediction": "eps"}, None),
-    "batch_size": ({"batch_size": "{base}"}, None),
-    "consistency": (CONSTANT_BASE, None),
-}
-
-def _sampler_claim(claim_id: str, paper: str, statement: str, sampler: str, weighting: str = "none") -> Claim:
-    """A sampler-comparison claim: the arm ``sampler + weighting`` lowers final FID against uniform."""
-    spelled = f"sampler {sampler}" + (f" + weighting {weighting}" if weighting != "none" else "")
-    return Claim(claim_id, paper, statement, group="sampler_comparison",
-                 arm={"sampler": sampler, "weighting": weighting}, baseline=UNIFORM,
-                 needs=f"groups.sampler_comparison with {spelled}")
-
-
-CLAIMS: tuple[Claim, ...] = (
-    _sampler_claim("speed_faster", SPEED, "asymmetric sampling + change-aware weighting beats uniform at equal images",
-                   "speed", "speed"),
-    _sampler_claim("speed_sampling_alone", SPEED, "asymmetric timestep sampling alone beats uniform", "speed"),
-    _sampler_claim("adaptive_faster", ADAPTIVE, "the learned Beta timestep sampler beats uniform", "adaptive"),
-    _sampler_claim("clts_faster", CONSISTENCY, "the curriculum timestep schedule (CLTS) beats uniform", "clts"),
-    Claim("momentum_decay", CONSISTENCY, "decaying Adam's beta1 during training lowers FID",
-          group="consistency", arm={"arm~": "momentum-decay", "arm!~": "compensate"}, baseline=CONSTANT_BASE,
-          needs="groups.consistency with momentum_decay entries (paired seeds)"),
-    Claim("momentum_decay_compensated", CONSISTENCY, "momentum decay with the SGD-style lr compensation "
-          "(lr falls with 1 - beta1: a confounded variant) lowers FID",
-          group="consistency", arm={"arm~": "compensate"}, baseline=CONSTANT_BASE,
-          needs="groups.consistency with momentum_decay entries with compensate: true"),
-    Claim("mixed_heads", SEED, "a mixed x0/eps prediction head beats eps prediction",
-          group="prediction_types", arm={"prediction": "mixed"}, baseline={"prediction": "eps"},
-          needs="groups.prediction_types with prediction mixed"),
-    # 2502.01990 Sec. 1 / Fig. 1: with a small batch and proportionally more steps (the same
-    # number of samples per timestep) "the final model achieves a poor performance": FID goes up
-    Claim("small_batch", SEED, "a small batch trains worse than a large one at equal images seen",
-          # the plain small-batch run, not its retraining toward t = 0 (also batch-sized small)
-          group="batch_size", arm={"batch_size": "{smallest}", "arm!~": "toward_zero"}, baseline={"batch_size": "{base}"},
-          expected_sign=+1, needs="groups.batch_size with two batch sizes"),
-    Claim("slot_interference", SEED, "fine-tuning one slot raises the other slots' loss more than "
-          "fine-tuning on uniform t does", kind="analysis", analysis="interference", expected_sign=+1,
-          needs="analyses.slots.finetune with a uniform control"),
-    Claim("same_noise_same_image", CONSISTENCY, "models trained from different seeds map the same noise to "
-          "close images (paired distance below unpaired)", kind="analysis", analysis="consistency",
-          expected_sign=-1, needs="groups.consistency and analyses.consistency"),
-    Claim("table1_pretrained", SEED, "Table 1: slot fine-tuning of the ImageNet-64 guided-diffusion model",
-          kind="analysis", analysis="table1",
-          needs="the guided-diffusion ImageNet-64 checkpoint as reference.pretrained (config/imagenet.yaml)"),
-)
-
-
 def _resolve(selector: Mapping[str, Any], df: pd.DataFrame, base_batch: int | None) -> dict[str, Any]:
     sizes = sorted({int(b) for b in df["batch_size"].dropna()}) if "batch_size" in df and len(df) else []
     fill = {"{smallest}": sizes[0] if sizes else None, "{base}": base_batch}
     return {k: fill.get(v, v) if isinstance(v, str) else v for k, v in selector.items()}
 
 
-def _verdict_row(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -> dict[str, Any]:
-    row = {"id": claim.id, "paper": claim.paper, "claim": claim.statement, **extra}
-    if not effect or not effect.get("n"):
-        return {**row, "verdict": "not run", "needs": claim.needs}
-    v = verdict(effect.get("ci_low"), effect.get("ci_high"), claim.expected_sign, effect.get("p_adj"))
-    row.update({k: effect.get(k, math.nan) for k in ("n", "diff", "ci_low", "ci_high", "p_adj", "detectable")})
-    row["units"] = effect.get("units") or ("final FID, arm - baseline" if claim.kind == "fid" else "")
-    row["verdict"] = v
-    return row
-
-
 def speedup_text(sp: Mapping[str, Any] | None) -> str | None:
-    """``"1.84x [1.21, 2.80] (5 seeds)"``, ``">3.00x (censored, 5 seeds)"``; None without curves."""
+    """``"1.84x [1.21, 2.80] (5 seeds)"``, ``">3.00x (censored, 5 seeds)"``, ``"n/a: censored both
+    ways (2 seeds before the first point, 1 never; 5 seeds)"``; None without curves."""
+    if sp and sp.get("bound") == "both":
+        per = sp.get("per_seed") or []
+        early, never = (sum(r.get("censoring") == c for r in per) for c in ("early", "never"))
+        return f"n/a: censored both ways ({early} seed{'' if early == 1 else 's'} before the first point, " \
+               f"{never} never; {sp.get('n')} seeds)"
     if not sp or sp.get("label") in (None, "n/a"):
         return None
     lo, hi = sp.get("ci_low"), sp.get("ci_high")
@@ -281,20 +230,102 @@ def speedup_text(sp: Mapping[str, Any] | None) -> str | None:
     return f"{sp['label']}{interval} ({'censored, ' if sp.get('bound') else ''}{n} seed{'' if n == 1 else 's'})"
 
 
+def floor_record(floor: Mapping[str, Any] | None, tool: str | None = None) -> dict[str, Any] | None:
+    """The record of ``floor.json`` (format ``timestep_lab.floor/1``) for ``tool``, else the first
+    tool of :data:`FID_TOOL_ORDER` it has; None without a floor."""
+    records = (floor or {}).get("records") or []
+    for name in ([tool] if tool else []) + list(FID_TOOL_ORDER):
+        rec = next((r for r in records if r.get("tool") == name), None)
+        if rec:
+            return dict(rec)
+    return None
+
+
+def regime(metrics: pd.DataFrame, baseline_arm: str, seeds: Sequence[int], floor: Mapping[str, Any] | None = None
+           ) -> dict[str, Any]:
+    """How far the runs of a comparison trained (docs/methods.md §9.7).
+
+    ``baseline_fid``: the baseline arm's mean final FID over ``seeds`` (headline tool);
+    ``train_kimg``: its images seen; ``floor``: the held-out split's FID against the same reference
+    (:func:`floor_record`), ``floor_ratio`` = baseline_fid / floor; ``plateau``: per seed, the
+    baseline's FID at its last progress point over its FID at the point nearest 2/3 of the way,
+    geometric mean over seeds as ``drop`` = 1 - ratio; ``converged``: ``drop < PLATEAU_DROP``
+    (None without a progress curve), which decides whether a claim about convergence is judged.
+    """
+    final = _fid(metrics, "final")
+    final = final[(final["arm"] == baseline_arm) & final["seed"].astype(int).isin(list(seeds))]
+    vals = final["value"].astype(float)
+    tool = str(final["tool"].iloc[0]) if len(final) else None
+    out: dict[str, Any] = {"baseline_fid": float(vals[np.isfinite(vals)].mean()) if len(vals) else math.nan,
+                           "train_kimg": float(final["kimg"].max()) if len(final) else math.nan,
+                           "floor": floor_record(floor, tool), "plateau": None, "converged": None}
+    f = out["floor"]
+    out["floor_ratio"] = out["baseline_fid"] / f["value"] if f and f.get("value") else math.nan
+    prog = _fid(metrics, "progress")
+    prog = prog[(prog["arm"] == baseline_arm) & prog["seed"].astype(int).isin(list(seeds))]
+    ratios, spans = [], []
+    for _, d in prog.groupby("seed"):
+        d = d[np.isfinite(d["value"].astype(float)) & (d["value"].astype(float) > 0)].sort_values("kimg")
+        if len(d) < 2:
+            continue
+        last_k, last_f = float(d["kimg"].iloc[-1]), float(d["value"].iloc[-1])
+        earlier = d.iloc[:-1]
+        i = int(np.argmin(np.abs(earlier["kimg"].to_numpy(float) - 2 * last_k / 3)))
+        ratios.append(last_f / float(earlier["value"].iloc[i]))
+        spans.append((float(earlier["kimg"].iloc[i]), last_k))
+    if not ratios:
+        out["convergence_note"] = ("no progress curve for the baseline arm: whether its training has converged is "
+                                   "unknown, so a claim about the converged model is not judged")
+        return out
+    drop = 1.0 - float(np.exp(np.mean(np.log(ratios))))
+    out["plateau"] = {"from_kimg": spans[0][0], "to_kimg": spans[0][1], "drop": drop, "seeds": len(ratios),
+                      "threshold": PLATEAU_DROP}
+    out["converged"] = drop < PLATEAU_DROP
+    out["convergence_note"] = (
+        f"the baseline's FID fell {drop:.0%} over the last third of training ({spans[0][0]:g} -> {spans[0][1]:g} kimg, "
+        f"mean of {len(ratios)} seeds)" + (f", less than {PLATEAU_DROP:.0%}: judged as converged" if out["converged"]
+                                           else f", not under {PLATEAU_DROP:.0%}: a claim about the converged model is "
+                                                "not judged at this length"))
+    return out
+
+
+def _measured(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    """The claim's record with its measured effect (no verdict yet: :func:`judge_family` gives it)."""
+    rec = claim.record()
+    rec["arm_selector"], rec["baseline_selector"] = rec.pop("arm"), rec.pop("baseline")
+    row = {**rec, "paper": claim.paper, "claim": claim.statement, **extra}
+    if not effect or not effect.get("n"):
+        return row
+    row.update({k: effect.get(k, math.nan) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")})
+    row["units"] = effect.get("units") or ("final FID, arm - baseline" if claim.kind == "fid" else "")
+    if claim.kind == "fid" and effect.get("log"):
+        row["log"] = {k: effect["log"].get(k, math.nan) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")}
+    return row
+
+
 def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]] | None = None, *,
                  base_batch: int | None = None, claims: Sequence[Claim] = CLAIMS,
-                 compare: Callable[..., dict[str, Any]] = compare_group) -> list[dict[str, Any]]:
-    """One verdict row per claim (see :class:`Claim`); ``analyses`` maps an analysis name to its
-    measured effect dict; ``base_batch`` is the study's base ``train.batch_size``."""
+                 compare: Callable[..., dict[str, Any]] = compare_group,
+                 floor: Mapping[str, Any] | None = None, alpha: float = ALPHA) -> dict[str, Any]:
+    """Every claim measured and judged as one family.
+
+    ``analyses`` maps an analysis name to its measured effect dict; ``base_batch`` is the study's
+    base ``train.batch_size``; ``floor`` the study's ``floor.json``. Each FID claim reads the
+    paired comparison of its arm against its group's baseline (:func:`compare_group`), its
+    within-group Holm p as ``p_group``, its speed-up and its :func:`regime`.
+
+    :returns: :func:`timestep_lab.family.judge_family`'s ``{"family", "claims"}``, one row per claim
+        in ``claims`` order with every field of the claim's record.
+    """
     analyses = analyses or {}
     rows, cache = [], {}
     for claim in claims:
         if claim.kind == "analysis":
-            rows.append(_verdict_row(claim, analyses.get(claim.analysis)))
+            rows.append(_measured(claim, analyses.get(claim.analysis), test=f"analysis:{claim.analysis}"))
             continue
         final = _in_group(_fid(metrics, "final"), claim.group) if len(metrics) else metrics
         if not len(final):
-            rows.append(_verdict_row(claim, None))
+            rows.append(_measured(claim, None))
             continue
         baseline = _resolve(claim.baseline, final, base_batch)
         arms = select_arm(final, _resolve(claim.arm, final, base_batch))
@@ -303,7 +334,12 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
             cache[key] = compare(metrics, claim.group, baseline)
         comp = cache[key]["comparisons"]
         arm = next((a for a in arms if a in comp), None)
-        rows.append(_verdict_row(claim, comp.get(arm) if arm else None, group=claim.group, arm=arm,
-                                 baseline=cache[key]["baseline"],
-                                 speedup=speedup_text((comp.get(arm) or {}).get("speedup"))))
-    return rows
+        effect = comp.get(arm) if arm else None
+        base = cache[key]["baseline"]
+        extra: dict[str, Any] = {"group": claim.group, "arm": arm, "baseline": base, "test": f"{claim.group}:{arm}:{base}"}
+        if effect:
+            sp = effect.get("speedup")
+            extra.update(p_group=effect.get("p_adj"), seeds=effect.get("seeds"), speedup=speedup_text(sp),
+                         speedup_detail=sp, regime=regime(metrics, base, effect.get("seeds") or [], floor))
+        rows.append(_measured(claim, effect, **extra))
+    return judge_family(rows, alpha=alpha)

@@ -255,6 +255,14 @@ def init_path(wildcards):
     return model_path(run.init_from) if run.init_from else None
 
 
+FLOOR = f"{RES}/eval/floor.json"  # the held-out split's FID against the training reference (rule floor)
+
+
+def floor_input():
+    """``[floor.json]`` for a study with a held-out split, else ``[]`` (no floor: the regime says so)."""
+    return [FLOOR] if config["data"]["test_split"] else []
+
+
 def verdict_analyses():
     """{analysis: output} of the analyses a claim reads, those this study runs (absent -> "not run")."""
     out = {}
@@ -266,4 +274,5 @@ def verdict_analyses():
 
 
 def verdict_inputs(wildcards):
-    return {"metrics": f"{RES}/metrics.csv", "runs": f"{RES}/runs.csv", **verdict_analyses()}
+    floor = {"floor": FLOOR} if floor_input() else {}
+    return {"metrics": f"{RES}/metrics.csv", "runs": f"{RES}/runs.csv", **verdict_analyses(), **floor}

@@ -50,6 +50,34 @@ rule reference_stats:
         " {params.max_images:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
+rule floor:
+    """The study's FID floor (docs/methods.md §9.7): the held-out split scored against the training
+    reference with the same extractor and tools, evaluation.num_samples images (the split's size if
+    smaller), a bootstrap interval; only for a study with data.test_split."""
+    input:
+        data=manifest(config["data"]["test_split"] or "test"),
+        reference=f"{RES}/eval/reference.npz",
+        weights=feature_weights_input(),
+    output:
+        FLOOR,
+    params:
+        data=parent_dir("data"),
+        weights=weights_arg(),
+        num_samples=W.opt("--num-samples", config["evaluation"]["num_samples"]),
+    log:
+        f"{LOGS}/floor/floor.log",
+    benchmark:
+        f"{BENCH}/floor/floor.tsv",
+    threads: config["resources"]["threads"]
+    resources:
+        **gpu_resources(),
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab floor --data {params.data:q} --reference {input.reference:q} {params.weights:q}"
+        " {params.num_samples:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
+
+
 rule sample_score:
     """Sample a run and score the samples in one job (one process start, not two): samples.npz,
     the PNG grid and metrics.json stay separate outputs, the same files `sample` then `evaluate`
@@ -109,11 +137,12 @@ rule evaluate_progress:
 
 
 rule collect:
-    """One tidy table of every metric of the study (read it with pandas)."""
+    """One tidy table of every metric of the study (read it with pandas); summary.json carries the floor."""
     input:
         metrics=expand(f"{RES}/runs/{{run}}/metrics.json", run=evaluated_runs()),
         progress=expand(f"{RES}/runs/{{run}}/fid_progress.json", run=progress_runs()),
         logs=expand(f"{RES}/runs/{{run}}/train_log.jsonl", run=evaluated_runs()),
+        floor=floor_input(),
     output:
         metrics=f"{RES}/metrics.csv",
         runs=f"{RES}/runs.csv",
@@ -128,4 +157,4 @@ rule collect:
     run:
         from timestep_lab.workflow.collect import collect  # pandas: imported by this job only, not at DAG build
 
-        collect(params.runs, params.res, output.metrics, output.runs, output.summary)
+        collect(params.runs, params.res, output.metrics, output.runs, output.summary, floor_json=input.floor)

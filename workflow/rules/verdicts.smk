@@ -1,5 +1,5 @@
-# One verdict per paper claim (docs/methods.md §9.3): the collected metrics and the analyses'
-# effects in, verdicts.json out. Its own file: the scorecard reads every group and two analyses.
+# Both verdicts per claim (docs/methods.md §9.3): the collected metrics, the analyses' effects and
+# the study's floor in, verdicts.json out. Its own file: the scorecard reads every group and two analyses.
 
 
 localrules:
@@ -7,7 +7,7 @@ localrules:
 
 
 rule verdicts:
-    """reproduced / contradicted / inconclusive / not run per claim (timestep_lab.verdicts.CLAIMS)."""
+    """Direction and size verdicts per claim (timestep_lab.claims.CLAIMS), Holm across the scorecard."""
     input:
         unpack(verdict_inputs),
     output:
@@ -22,5 +22,5 @@ rule verdicts:
     run:
         from timestep_lab.workflow.collect import write_verdicts  # pandas: imported by this job only
 
-        write_verdicts(input.metrics, output[0], runs_csv=input.runs, interference=input.get("interference"),
-                       consistency=input.get("consistency"), base_batch=params.base_batch, study=params.study)
+        write_verdicts(input.metrics, output[0], runs_csv=input.runs, base_batch=params.base_batch, study=params.study,
+                       **{k: input.get(k) for k in ("interference", "consistency", "floor")})

@@ -1,5 +1,6 @@
 """Scoring commands: ``evaluate`` (one samples file against a reference) and ``evaluate-snapshots``
-(sample + score several checkpoints of one run: FID against images seen).
+(sample + score several checkpoints of one run: FID against images seen) and ``floor`` (the held-out
+split against the training reference: the study's FID floor).
 
 The scoring is ``timestep_lab.metrics``; these functions only turn paths and options into its
 arguments. Must not know the entry (``timestep_lab.cli``) or other commands.
@@ -87,4 +88,47 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
                                  "reference_file": first["reference_file"],
                                  "reference_sha256": first["reference_sha256"], "points": points})
     log.info("%d points -> %s", len(points), args.out)
+    return 0
+
+
+# ------------------------------------------------------------------------------- floor
+
+
+def _floor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, help="prepared held-out folder (the test split)")
+    p.add_argument("--reference", type=Path, required=True, help="reference .npz of the training split")
+    p.add_argument("--out", type=Path, required=True, help="floor.json to write")
+    p.add_argument("--num-samples", type=int, default=None,
+                   help="the final FID's sample count (evaluation.num_samples); the split's size if smaller")
+    p.add_argument("--replicates", type=int, default=None, help="bootstrap replicates (default 200)")
+    p.add_argument("--seed", type=int, default=None, help="bootstrap seed (default 0)")
+    p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
+    config_args(p)
+    runtime_args(p)
+
+
+@command("floor", "FID floor: the held-out split against the training reference, with a bootstrap interval",
+         _floor_args)
+def cmd_floor(args: argparse.Namespace) -> int:
+    """Score the held-out split against the training-set reference statistics with every tool, a
+    95% bootstrap interval per tool; write floor.json (format timestep_lab.floor/1)."""
+    import numpy as np
+
+    from timestep_lab.data import PreparedData
+    from timestep_lab.io import sha256_file
+    from timestep_lab.metrics.floor import BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, write_floor
+
+    if args.num_samples is not None and args.num_samples < 2:
+        raise ConfigError(f"--num-samples must be at least 2, got {args.num_samples}")
+    data = PreparedData(args.data, verify=True)
+    info = {"path": str(data.path), "dataset": data.manifest.get("dataset"), "split": data.manifest.get("split"),
+            "count": len(data), "images_sha256": data.manifest.get("images_sha256"),
+            "manifest_sha256": sha256_file(data.path / "manifest.json")}
+    res = write_floor(np.asarray(data.images), args.reference, args.out, num_samples=args.num_samples,
+                      cfg=eval_config(args), weights=args.weights, device=device(args), data_info=info,
+                      replicates=BOOTSTRAP_REPLICATES if args.replicates is None else args.replicates,
+                      seed=BOOTSTRAP_SEED if args.seed is None else args.seed, progress=not args.no_progress)
+    log.info("%s floor on %d held-out images: %s -> %s", res["label"], res["num_samples"],
+             ", ".join(f"{r['value']:.4g} [{r['ci'][0]:.4g}, {r['ci'][1]:.4g}] ({r['tool']})" for r in res["records"]),
+             args.out)
     return 0

@@ -12,6 +12,7 @@ pulls in, :func:`rule_costs` counts over the same run lists the rule is expanded
   T), then two feature passes (torch-fidelity and clean-fid each extract their own); one job.
 * ``evaluate_progress``: the same per snapshot of a followed run with ``progress_num_samples``.
 * ``reference_stats``: the training split (at most ``reference_max_images``) through both tools.
+* ``floor``: the held-out split (at most ``num_samples`` images) through both tools; only with ``data.test_split``.
 * ``profile_losses`` / ``profile_predictions``: ``num_images`` forwards per profiled timestep
   (``range(0, T, stride)`` plus T-1) per model, plus ``grad_samples`` forward + backward passes
   at each of ``grad_timesteps`` timesteps for the reference.
@@ -195,6 +196,11 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     dim = FEATURE_DIMS.get(extractor, 2048)
     ref.disk_bytes = FID_TOOLS * (dim * dim * 8 + n_ref * dim * 4)
     out.append(ref)
+    test_split = plan.study["data"].get("test_split")
+    if test_split:  # the floor: held-out images through both tools (the bootstrap is CPU linear algebra)
+        floor = RuleCost("floor", 1, gpu, notes=["200 bootstrap Fréchet distances per tool (CPU)"])
+        c.features(floor, min(plan.split_size(test_split), ev["num_samples"] or plan.split_size(test_split)))
+        out.append(floor)
 
     scored = _rule("sample_score", plan.evaluated_runs(), gpu)  # sampling and scoring in one job
     for rid in plan.evaluated_runs():

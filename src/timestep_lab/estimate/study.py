@@ -132,6 +132,8 @@ class Plan:
         splits = [data["train_split"]]
         if self.evaluation["extractor"] == "digits-cnn":  # train_features reads the test split
             splits.append(data.get("test_split") or "test")
+        if data.get("test_split"):  # the floor reads it
+            splits.append(data["test_split"])
         splits.append(data.get("test_split") or data["train_split"])  # sample_score_contribution's ground truth
         return list(dict.fromkeys(splits))
 

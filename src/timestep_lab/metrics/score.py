@@ -26,14 +26,14 @@ from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference
 from timestep_lab.samples_file import load_samples
 
-__all__ = ["METRICS_FORMAT", "evaluate_samples", "evaluate_file"]
+__all__ = ["METRICS_FORMAT", "evaluate_samples", "evaluate_file", "spec_for_reference"]
 
 log = logging.getLogger(__name__)
 
 METRICS_FORMAT = "timestep_lab.metrics/1"
 
 
-def _spec_for_reference(ref: Reference, cfg: EvalConfig, weights: str | Path | None) -> FeatureExtractorSpec:
+def spec_for_reference(ref: Reference, cfg: EvalConfig, weights: str | Path | None) -> FeatureExtractorSpec:
     """The extractor the reference was computed with; weights must hash to what it recorded."""
     name = ref.meta["extractor"]
     if cfg.feature_extractor not in (None, name):
@@ -79,7 +79,7 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
     """
     device = torch.device(device)
     ref = reference if isinstance(reference, Reference) else load_reference(reference)
-    spec = _spec_for_reference(ref, cfg, weights)
+    spec = spec_for_reference(ref, cfg, weights)
     meta = samples_meta or {}
     images = np.asarray(images_nhwc)
     if cfg.num_samples is not None:

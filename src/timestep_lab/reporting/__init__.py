@@ -3,7 +3,7 @@
 | module | holds | must not know |
 |---|---|---|
 | ``render`` | papermill + nbconvert: a jupytext notebook -> one HTML page, no network references | what a notebook computes |
-| ``index`` | the jinja2 study index and the published figures beside ours | how numbers are computed |
+| ``index`` | the jinja2 study index: scorecard, family, floor, the papers' numbers beside ours | how numbers are computed |
 | ``notebook`` | what every ``reports/*.py`` opens with: plotting style, a group's metrics/runs tables | rendering; training, sampling, scoring |
 
 ``notebook`` imports pandas, matplotlib and IPython, so it is not re-exported here: the ``report``
@@ -12,7 +12,7 @@ command and the Snakemake index rule import this package without them. Notebooks
 """
 
 from timestep_lab.reporting.index import (
-           PAPER_NUMBERS,
+           family_lines,
            headline_rows,
            protocol_lines,
            render_index,
@@ -20,4 +20,4 @@ from timestep_lab.reporting.index import (
 from timestep_lab.reporting.render import PAGE_CSS, network_references, render_notebook
 
 __all__ = ["render_notebook", "render_index", "network_references", "headline_rows", "protocol_lines", "PAGE_CSS",
-           "PAPER_NUMBERS"]
+           "family_lines"]

@@ -1,11 +1,13 @@
-"""The study index: ``index.html`` with the claim-by-claim scorecard, the papers' figures beside
-our verdicts, the protocol and links to every report.
+"""The study index: ``index.html`` with the claim-by-claim scorecard (both verdicts, the family,
+the regime), the papers' own numbers beside ours with a size verdict each, the protocol and
+links to every report.
 
-Reads ``verdicts.json`` (:func:`timestep_lab.workflow.collect.write_verdicts`), ``summary.json``
-(failed runs, the FID protocol) and ``slots.json``; renders ``reports/index.html.j2`` with
-jinja2. Every difference it prints is a paired one with its 95% interval, and every speed-up the
-censored per-seed one (docs/methods.md §9): no unpaired mean or mean-curve speed-up reaches
-the page. Must not know how the numbers are computed or how the notebooks are executed.
+Reads ``verdicts.json`` (:func:`timestep_lab.workflow.collect.write_verdicts`; the claims' records
+carry the papers' numbers, :mod:`timestep_lab.claims`), ``summary.json`` (failed runs, the FID
+protocol, the floor) and ``slots.json``; renders ``reports/index.html.j2`` with jinja2. Every
+difference it prints is a paired one with its 95% interval, and every speed-up the censored
+per-seed one (docs/methods.md §9): no unpaired mean or mean-curve speed-up reaches the page.
+Must not know how the numbers are computed or how the notebooks are executed.
 """
 
 from __future__ import annotations
@@ -16,22 +18,16 @@ from typing import Any, Mapping
 from timestep_lab.io import atomic_write_text, read_json
 from timestep_lab.reporting.cost import estimate_vs_measured, local_rules, study_cost
 from timestep_lab.reporting.render import PAGE_CSS
-from timestep_lab.reporting.scorecard import COLUMNS, load_verdicts, scorecard_rows
+from timestep_lab.reporting.scorecard import (
+    COLUMNS,
+    floor_text,
+    format_difference,
+    format_ratio,
+    load_verdicts,
+    scorecard_rows,
+)
 
-__all__ = ["render_index", "headline_rows", "protocol_lines", "PAPER_NUMBERS"]
-
-# docs/methods.md#published-figures: published figures to put beside ours (protocol stated with
-# each); ``claim`` names the scorecard row (timestep_lab.verdicts.CLAIMS) that tests the same question.
-PAPER_NUMBERS = [
-    {"paper": "SpeeD (2405.17403)", "setting": "DiT-XL/2 MetFaces 256, 50K iter, FID-10K", "baseline": "29.3", "method": "21.1", "claim": "speed_faster"},
-    {"paper": "SpeeD (2405.17403)", "setting": "DiT-XL/2 FFHQ 256, 50K iter, FID-10K", "baseline": "12.9", "method": "9.9", "claim": "speed_faster"},
-    {"paper": "SpeeD ablation", "setting": "FFHQ U-Net: uniform / +weighting / asym. sampling / both", "baseline": "17.37 / 16.75 / 15.82", "method": "15.07", "claim": "speed_sampling_alone"},
-    {"paper": "SpeeD (2405.17403)", "setting": "claimed speed-up vs uniform", "baseline": "", "method": "about 3x", "claim": "speed_faster", "speedup": True},
-    {"paper": "Adaptive sampler (2411.09998)", "setting": "CIFAR-10 FID-50K, vs SpeeD", "baseline": "3.57", "method": "2.94", "claim": "adaptive_faster", "ours_vs": "adaptive vs uniform"},
-    {"paper": "Consistency / CLTS (2404.07946)", "setting": "CIFAR-10, ImageNet-128 training speed-up", "baseline": "", "method": "2x to 2.6x", "claim": "clts_faster", "speedup": True},
-    {"paper": "Rethinking samplers (2502.01990)", "setting": "slots of guided-diffusion ImageNet-256", "baseline": "Table 1", "method": "", "claim": "slots"},
-]
-
+__all__ = ["render_index", "headline_rows", "protocol_lines", "family_lines"]
 
 def render_index(template: str | Path, out_html: str | Path, *, study: str, summary: str | Path,
                  reports: list[str], config_source: str, verdicts: str | Path | None = None,
@@ -46,7 +42,8 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
     summary_data = read_json(summary)
     if slots is not None and Path(slots).exists():
         summary_data["slots"] = read_json(slots)["slots"]
-    card = scorecard_rows(load_verdicts(verdicts))
+    verdict_data = load_verdicts(verdicts)
+    card = scorecard_rows(verdict_data)
     est = read_json(estimate) if estimate is not None and Path(estimate).exists() else None
     try:
         local = local_rules(sorted(Path(rules_dir).glob("*.smk"))) if rules_dir is not None else set()
@@ -58,10 +55,10 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
                              undefined=jinja2.StrictUndefined)
     page = env.get_template(Path(template).name).render(
         study=study, summary=summary_data, css=PAGE_CSS, config_source=config_source,
-        scorecard=card, columns=COLUMNS, headline=headline_rows(summary_data, card),
-        protocol=protocol_lines(summary_data),
+        scorecard=card, columns=COLUMNS, headline=headline_rows(summary_data, verdict_data),
+        protocol=protocol_lines(summary_data), family=family_lines(verdict_data, summary_data),
         reports=[{"name": Path(r).stem.replace("_", " "), "file": Path(r).name} for r in reports],
-        pending=pending or [], papers=PAPER_NUMBERS, cost=cost,
+        pending=pending or [], cost=cost,
         cost_device=(est or {}).get("device_name", "n/a"), cost_gpu=bool(est and est.get("device") != "cpu"),
         cost_calibration=(est or {}).get("calibration"),
     )
@@ -69,25 +66,66 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
     return Path(out_html)
 
 
-def headline_rows(summary: Mapping[str, Any], scorecard: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The papers' figures, each with ours for the same question: the scorecard row's paired
-    difference and verdict (or its censored speed-up), never an unpaired mean."""
-    by_id = {r["id"]: r for r in scorecard}
+def _number_cells(num: Mapping[str, Any]) -> tuple[str, str]:
+    """(paper: baseline, paper: method) cells of a published number."""
+    if num.get("kind") == "fid_pair":
+        return f"{num.get('baseline'):g}", f"{num.get('method'):g}"
+    return "", str(num.get("text", ""))
+
+
+def headline_rows(summary: Mapping[str, Any], verdicts: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Every number the claims' sources publish (the claim records' ``numbers``), each with ours
+    for the same question and a size verdict: for the claim's comparable number the scorecard's
+    size verdict, for any other the reason it is not comparable. Ours is the paired difference
+    and FID ratio, or the censored per-seed speed-up, never an unpaired mean."""
     rows = []
-    for paper in PAPER_NUMBERS:
-        row = by_id.get(paper["claim"])
-        if paper["claim"] == "slots":
-            ours = " ".join(f"[{a},{b}]" for a, b in summary["slots"]) if summary.get("slots") else ""
-        elif row is None or row["verdict"] == "not run":
-            ours = ""
-        elif paper.get("speedup"):
-            ours = f"speed-up {row['speedup'] or 'n/a (no progress curves)'}; {row['verdict']}"
-        else:
-            ours = f"{row['difference']}; {row['verdict']}"
-        if ours and paper.get("ours_vs"):
-            ours = f"{paper['ours_vs']}: {ours}"
-        rows.append({**paper, "ours": ours or "not in this study", "verdict": row["verdict"] if row else ""})
+    for row in verdicts.get("claims", []):
+        verdict = row.get("verdict", "not run")
+        for i, num in enumerate(row.get("numbers") or []):
+            if num.get("kind") == "slots":
+                ours = " ".join(f"[{a},{b}]" for a, b in summary["slots"]) if summary.get("slots") else ""
+            elif verdict == "not run":
+                ours = ""
+            elif num.get("kind") == "speedup":
+                ours = f"speed-up {row.get('speedup') or 'n/a (no progress curves)'}"
+            else:
+                ours = f"{format_difference(row)}; FID ratio {format_ratio(row.get('log'))}"
+            if num.get("not_comparable"):
+                size = f"not comparable: {num['not_comparable']}"
+            elif verdict in ("not run", "not judged at this length") or not row.get("size_verdict"):
+                size = ""
+            else:
+                size = f"{row['size_verdict']}" + (" at this length" if row["size_verdict"] != "not comparable" else "") \
+                    + f": {row.get('size_detail', '')}"
+            base, method = _number_cells(num)
+            rows.append({"paper": str(row.get("paper", "")), "claim": str(row.get("id", "")),
+                         "setting": f"{num.get('setting', '')} ({num.get('where', '')}; {num.get('unit', '')})",
+                         "baseline": base, "method": method, "ours": ours or "not in this study",
+                         "verdict": verdict, "size": size, "first": i == 0})
     return rows
+
+
+def family_lines(verdicts: Mapping[str, Any], summary: Mapping[str, Any]) -> list[str]:
+    """What the scorecard's verdicts rest on: the family and its level, the floor, the regime rule."""
+    fam = verdicts.get("family") or {}
+    m = fam.get("size")
+    lines = []
+    if m is not None:
+        lines.append(f"Family: {m} distinct comparisons judged together; p-values are Holm-adjusted across all of "
+                     f"them (a study with no true effect prints a false 'reproduced' in at most 5% of studies). The "
+                     f"detectable effect is at Holm's first-step level 0.05/{m} = {fam.get('level', 0.05):.2g}, "
+                     f"80% power, estimated from each comparison's sample SD. Group reports adjust within their group.")
+    floor_data = summary.get("floor") or verdicts.get("floor") or {}
+    floor = floor_data.get("records") or []
+    if floor:
+        lines.append("Floor: the held-out split's FID against the same training reference (same extractor and tools), "
+                     + "; ".join(f"{r['tool']}: {floor_text(r)}" for r in floor)
+                     + f" ({floor_data.get('sample_count_basis', '')}).")
+    else:
+        lines.append("Floor: none (the study has no held-out split): a final FID cannot be read against the data's own.")
+    lines.append("Claims about the converged model are judged only when the baseline's FID fell by less than 10% over "
+                 "the last third of its training; otherwise 'not judged at this length' (docs/methods.md §9.7).")
+    return lines
 
 
 def protocol_lines(summary: Mapping[str, Any]) -> list[str]:
@@ -100,8 +138,10 @@ def protocol_lines(summary: Mapping[str, Any]) -> list[str]:
         f"{p.get('num_generated')} generated vs {p.get('num_reference')} reference images; reverse sampler "
         f"{p.get('method')} with {p.get('steps')} steps; {'EMA' if p.get('ema') else 'raw'} weights; sample i uses seed base + i.",
         "Runs are paired by seed (same initial weights, data order, noise and sample seeds); a difference is "
-        "arm - baseline per seed, reported as its mean with a 95% Student-t interval over seeds, p-values "
-        "Holm-adjusted within a group (docs/methods.md §9).",
-        "Speed-up: images an arm needs to reach the baseline's final FID, per seed, interpolated in log FID "
-        "between progress points; '>x' when a seed got there before its first point, '<x' when one never did.",
+        "arm - baseline per seed, reported as its mean with a 95% Student-t interval over seeds; on this page "
+        "p-values are Holm-adjusted across the whole scorecard, in the group reports within a group "
+        "(docs/methods.md §9).",
+        "Speed-up: images an arm needs to reach the baseline's FID at its last progress point (same sample count), "
+        "per seed, interpolated in log FID between progress points; '>x' when a seed got there before its first "
+        "point, '<x' when one never did, n/a when both happened.",
     ]

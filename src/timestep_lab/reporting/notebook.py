@@ -9,6 +9,7 @@ and shows what the study says about the papers' claims it covers (docs/methods.m
 
     show_verdicts(verdicts, ["speed_faster", ...])   # rows of verdicts.json's scorecard
     show_comparisons(study)                          # every arm vs the group's baseline, paired
+    show_speedup_seeds(study)                        # the speed-up seed by seed, with its censoring
 
 ``study.metrics`` is the tidy metrics table (one row per run x stage x images seen x metric x
 tool, with its measuring protocol, docs/methods.md#protocol-record) and ``study.runs`` the run
@@ -37,7 +38,7 @@ from timestep_lab.reporting.scorecard import COLUMNS, format_difference, load_ve
 from timestep_lab.verdicts import speedup_text, study_comparisons
 
 __all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup", "show_verdicts", "comparison_table",
-           "show_comparisons"]
+           "show_comparisons", "speedup_seed_table", "show_speedup_seeds"]
 
 STYLE = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3}
 HEADLINE_TOOL = "torch-fidelity"  # the FID tool headline numbers use when a study has it (docs/methods.md#fid-kid)
@@ -133,8 +134,9 @@ def show_verdicts(verdicts_json: str | Path | None, ids: Iterable[str]) -> None:
         display(Markdown("**Verdicts.** _No verdicts.json for this study yet._"))
         return
     table = pd.DataFrame([{header: r[key] for key, header in COLUMNS} for r in rows])
-    display(Markdown("**Verdicts on the claims this report covers** (paired by seed, 95% t-interval, "
-                     "Holm-adjusted p; docs/methods.md §9):"))
+    display(Markdown("**Verdicts on the claims this report covers**, direction and size side by side (paired by "
+                     "seed, 95% t-interval, p Holm-adjusted across the whole scorecard as on `index.html`; "
+                     "docs/methods.md §9):"))
     display(HTML(table.to_html(index=False, escape=True)))
 
 
@@ -145,9 +147,10 @@ _DIRECTION = {"reproduced": "lower than the baseline", "contradicted": "higher t
 def comparison_table(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
     """Every arm of ``study``'s group against the group's baseline arm, paired by seed
     (:func:`timestep_lab.verdicts.study_comparisons`): one row per arm with the final-FID
-    difference and 95% interval, the geometric-mean FID ratio and its interval, n, the
-    Holm-adjusted p, the finding (lower / higher than the baseline, or inconclusive), the smallest
-    difference detectable with 80% power, and the censored per-seed speed-up."""
+    difference and 95% interval, the geometric-mean FID ratio and its interval, n, the p
+    Holm-adjusted across the arms of the group, the finding (lower / higher than the baseline, or
+    inconclusive), the smallest difference found with 80% power at that Holm level (estimated from
+    the sample SD), and the censored per-seed speed-up."""
     comps = study_comparisons(study.metrics, base_batch=base_batch)
     rows = []
     for key, group in comps.items():
@@ -162,7 +165,7 @@ def comparison_table(study: Study, *, base_batch: int | None = None) -> pd.DataF
                 f"{study.label} difference [95% CI]": format_difference(c),
                 "FID ratio [95% CI]": (f"{ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}]"
                                        if all(math.isfinite(r) for r in ratio) else "n/a"),
-                "Holm p": c.get("p_adj"),
+                "Holm p (group)": c.get("p_adj"),
                 "final FID": _DIRECTION.get(c.get("verdict"), "n/a") if c["n"] >= 2 else "no finding (n < 2)",
                 "detectable |difference|": c.get("detectable"),
                 "speed-up (censored)": speedup_text(c.get("speedup")) or "",
@@ -176,6 +179,42 @@ def show_comparisons(study: Study, *, base_batch: int | None = None) -> pd.DataF
     if not len(table):
         display(Markdown("_No paired comparison: the group's baseline arm has no finished seed._"))
         return table
-    display(table.style.format({"Holm p": "{:.3g}", "detectable |difference|": "{:.3g}"}, na_rep="n/a")
+    display(table.style.format({"Holm p (group)": "{:.3g}", "detectable |difference|": "{:.3g}"}, na_rep="n/a")
+            .hide(axis="index"))
+    return table
+
+
+_CENSORING = {"": "reached between two points", "early": "at or before the first point: ratio is a lower bound",
+              "never": "not by the last point: ratio is an upper bound", "dropped": "left out"}
+
+
+def speedup_seed_table(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
+    """The speed-up of every arm of ``study``'s group seed by seed: the level (the baseline's FID at
+    its last progress point), the baseline's kimg there, the kimg the arm needs to reach it (a
+    bound when censored), the ratio and the censoring (docs/methods.md §9.4)."""
+    rows = []
+    for key, group in study_comparisons(study.metrics, base_batch=base_batch).items():
+        if key.split("/")[0] != study.group:
+            continue
+        for arm, c in group["comparisons"].items():
+            for s in (c.get("speedup") or {}).get("per_seed", []):
+                cens = s.get("censoring", "")
+                reach = s.get("reach_kimg")
+                bound = {"early": "<", "never": ">"}.get(cens, "")
+                rows.append({"comparison": key, "arm": arm, "seed": s.get("seed"), "level (FID)": s.get("target"),
+                             "baseline kimg": s.get("total_kimg"),
+                             "arm kimg to reach": f"{bound}{reach:.3g}" if reach == reach and reach is not None else "n/a",
+                             "speed-up": s.get("ratio"),
+                             "censoring": _CENSORING.get(cens, cens) + (f" ({s['note']})" if s.get("note") else "")})
+    return pd.DataFrame(rows)
+
+
+def show_speedup_seeds(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
+    """Displays :func:`speedup_seed_table` (or a line saying there are no progress curves)."""
+    table = speedup_seed_table(study, base_batch=base_batch)
+    if not len(table):
+        display(Markdown("_No progress curves in this group: no speed-up per seed._"))
+        return table
+    display(table.style.format({"level (FID)": "{:.4g}", "baseline kimg": "{:g}", "speed-up": "{:.3g}"}, na_rep="n/a")
             .hide(axis="index"))
     return table

@@ -1,11 +1,15 @@
 """The claim-by-claim scorecard as display strings, for the index and every report notebook.
 
-Input: ``verdicts.json`` (:func:`timestep_lab.workflow.collect.write_verdicts`), ``{"claims": [row,
-...]}`` with per row ``id``, ``paper``, ``claim``, ``verdict`` and, when the claim ran, ``n``
-(paired seeds), ``diff``, ``ci_low``, ``ci_high`` (95% t-interval of the mean paired difference,
-in ``units``), ``p_adj`` (Holm), ``detectable`` (smallest |difference| found with 80% power at
-this n), optionally ``speedup`` (the censored per-seed label, ">x" / "<x"); ``needs`` when not
-run (docs/methods.md §9.3, §9.4). Output: one dict of strings per claim, no numbers to format
+Input: ``verdicts.json`` (:func:`timestep_lab.workflow.collect.write_verdicts`, format
+``timestep_lab.verdicts/2``, docs/design.md#verdicts-json): ``{"family": {"size", "level", ...},
+"claims": [row, ...]}`` with per row the claim's record (``paper``, ``where``, ``status``,
+``quote``, ``statement``, ``direction``, ``numbers``), both verdicts (``verdict``: direction;
+``size_verdict`` + ``size_detail``) and, when the claim ran, ``n`` (paired seeds), ``diff``,
+``ci_low``, ``ci_high`` (95% t-interval of the mean paired difference, in ``units``), ``p_adj``
+(Holm across the scorecard's ``family_size`` comparisons), ``detectable`` (at that level,
+estimated from the sample SD), ``seeds_needed``, ``log`` (the same test on log-FID ratios),
+``speedup`` (the censored per-seed label) and ``regime`` (baseline FID, floor, length); ``needs``
+when not run (docs/methods.md §9). Output: one dict of strings per claim, no numbers to format
 again. Knows nothing of how a verdict is reached; pure Python (the index job imports it).
 """
 
@@ -17,12 +21,16 @@ from typing import Any, Iterable, Mapping
 
 from timestep_lab.io import read_json
 
-__all__ = ["COLUMNS", "load_verdicts", "scorecard_rows", "format_difference"]
+__all__ = ["COLUMNS", "load_verdicts", "scorecard_rows", "format_difference", "format_ratio", "regime_text",
+           "size_text", "floor_text"]
 
 #: (key, header) of the scorecard's columns, in order.
-COLUMNS = (("paper", "paper"), ("claim", "claim"), ("difference", "our paired difference [95% CI]"),
-           ("n", "n seeds"), ("p_adj", "Holm-adjusted p"), ("verdict", "verdict"),
-           ("detail", "detectable effect / what it needs"), ("speedup", "speed-up (per seed, censored)"))
+COLUMNS = (("claim", "claim: source, where, its own words"), ("tested", "what we test (direction)"),
+           ("difference", "our paired difference [95% CI]"), ("n", "n seeds"),
+           ("p_adj", "Holm p (scorecard family)"), ("verdict", "direction verdict"), ("size", "size verdict"),
+           ("power", "detectable effect / seeds needed / what it needs"),
+           ("speedup", "speed-up (per seed, censored)"), ("robustness", "log-ratio check"),
+           ("regime", "regime: baseline final FID vs floor, length"))
 
 
 def load_verdicts(path: str | Path | None) -> dict[str, Any]:
@@ -50,30 +58,110 @@ def format_difference(row: Mapping[str, Any]) -> str:
     return f"{_fmt(d)} {interval}" + (f" ({units})" if units else "")
 
 
+def format_ratio(log: Mapping[str, Any] | None) -> str:
+    """``"0.85 [0.80, 0.91]"``: the geometric-mean FID ratio arm / baseline from a log-FID comparison."""
+    vals = [_num((log or {}).get(k)) for k in ("diff", "ci_low", "ci_high")]
+    if not all(math.isfinite(v) for v in vals):
+        return "n/a"
+    r, lo, hi = (math.exp(v) for v in vals)
+    return f"{r:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def floor_text(floor: Mapping[str, Any] | None) -> str:
+    """``"9.06 [1.98, 20.7] (359 held-out images)"``; "no floor" without one."""
+    if not floor or floor.get("value") is None:
+        return "no floor (no held-out split)"
+    lo, hi = (floor.get("ci") or [None, None])[:2]
+    ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
+    return f"{floor['value']:.3g}{ci} ({floor.get('num_samples')} held-out images)"
+
+
+def regime_text(regime: Mapping[str, Any] | None) -> str:
+    """``"baseline 130 vs floor 9.06 [1.98, 20.7] (359 held-out images), 14x; 12 kimg; FID fell 25% over
+    the last third"``; "" without a regime (analysis claims)."""
+    if not regime:
+        return ""
+    fid, kimg, ratio = _num(regime.get("baseline_fid")), _num(regime.get("train_kimg")), _num(regime.get("floor_ratio"))
+    parts = [f"baseline {fid:.3g} vs floor {floor_text(regime.get('floor'))}"
+             + (f", {ratio:.1f}x the floor" if math.isfinite(ratio) else "")]
+    if math.isfinite(kimg):
+        parts.append(f"{kimg:g} kimg")
+    plateau = regime.get("plateau")
+    if plateau:
+        state = "converged" if regime.get("converged") else "not converged"
+        parts.append(f"FID fell {plateau['drop']:.0%} over the last third ({state})")
+    else:
+        parts.append("no progress curve: convergence unknown")
+    return "; ".join(parts)
+
+
+def size_text(row: Mapping[str, Any]) -> str:
+    """``"smaller at this length: ours 1.51x [1.19, 1.93] vs the paper's 3x"``; "no number in the
+    paper" when the source gives none; "" when the claim was not judged."""
+    word = row.get("size_verdict")
+    if row.get("verdict") in ("not run", "not judged at this length"):
+        return ""
+    if not word:
+        return "no number in the paper"
+    speed = any(n.get("kind") == "speedup" and not n.get("not_comparable") for n in row.get("numbers") or [])
+    at = " at this length" if speed and word != "not comparable" else ""
+    return f"{word}{at}: {row.get('size_detail', '')}"
+
+
+def _power(row: Mapping[str, Any], verdict: str) -> str:
+    if verdict == "not run":
+        return f"needs: {row.get('needs') or 'runs this study does not have'}"
+    if verdict == "not judged at this length":
+        return row.get("verdict_note") or ""
+    det, level = _num(row.get("detectable")), _num(row.get("detectable_level"))
+    text = (f"detectable: |difference| >= {abs(det):.3g} at level {level:.2g} (80% power; estimated from the "
+            f"sample SD)" if math.isfinite(det) else "detectable: n/a (fewer than 2 paired seeds)")
+    need = row.get("seeds_needed")
+    if need:
+        n = need.get("n")
+        text += f"; needs n = {n} seeds to resolve {need.get('effect')}" if n else \
+            f"; more than 200 seeds to resolve {need.get('effect')}"
+    return text
+
+
+def _robustness(row: Mapping[str, Any]) -> str:
+    log = row.get("log") or {}
+    if not log.get("verdict"):
+        return "" if row.get("kind") == "fid" else "n/a (not an FID comparison)"
+    ratio = f"FID ratio {format_ratio(log)}"
+    if log.get("agrees"):
+        return f"agrees ({ratio})"
+    return f"DISAGREES: the log-ratio test says {log['verdict']} ({ratio})"
+
+
 def scorecard_rows(verdicts: Mapping[str, Any], ids: Iterable[str] | None = None) -> list[dict[str, str]]:
-    """One row of strings per claim (keys of :data:`COLUMNS`, plus ``id``), in the file's order;
-    ``ids`` keeps those claims only (in the file's order)."""
+    """One row of strings per claim (keys of :data:`COLUMNS`, plus ``id``, ``paper``, ``where``,
+    ``status``, ``quote``, ``statement``, ``disagrees``), in the file's order; ``ids`` keeps those
+    claims only (in the file's order)."""
     keep = None if ids is None else set(ids)
     out = []
     for row in verdicts.get("claims", []):
         if keep is not None and row.get("id") not in keep:
             continue
         verdict = row.get("verdict", "not run")
-        ran = verdict != "not run"
-        p = _num(row.get("p_adj"))
-        detectable = _num(row.get("detectable"))
-        if not ran:
-            detail = f"needs: {row.get('needs') or 'runs this study does not have'}"
-        elif verdict == "inconclusive":
-            detail = f"detectable: |difference| >= {abs(detectable):.3g}" if math.isfinite(detectable) else \
-                "detectable: n/a (fewer than 2 paired seeds)"
-        else:
-            detail = ""
+        measured = verdict != "not run"
+        judged = measured and verdict != "not judged at this length"
+        p, m = _num(row.get("p_adj")), row.get("family_size")
+        quote = row.get("quote") or ""
+        paper, where, status = str(row.get("paper", "")), str(row.get("where", "")), str(row.get("status", ""))
         out.append({
-            "id": str(row.get("id", "")), "paper": str(row.get("paper", "")), "claim": str(row.get("claim", "")),
-            "difference": format_difference(row) if ran else "",
-            "n": str(int(row["n"])) if ran and row.get("n") is not None else "",
-            "p_adj": (f"{p:.3g}" if math.isfinite(p) else "n/a") if ran else "",
-            "verdict": verdict, "detail": detail, "speedup": str(row.get("speedup") or "") if ran else "",
+            "id": str(row.get("id", "")), "paper": paper, "where": where, "status": status, "quote": quote,
+            "statement": str(row.get("statement") or row.get("claim", "")),
+            "claim": f"{paper}, {where} ({status}): \u201c{quote}\u201d" if quote else paper,
+            "tested": f"{row.get('statement') or row.get('claim', '')}" + (f" ({row['direction']})" if row.get("direction") else ""),
+            "difference": format_difference(row) if measured else "",
+            "n": str(int(row["n"])) if measured and row.get("n") is not None else "",
+            "p_adj": ((f"{p:.3g} (family of {m})" if math.isfinite(p) else f"n/a (family of {m})") if judged
+                      else f"not in the family (of {m})" if measured else ""),
+            "verdict": verdict, "size": size_text(row), "power": _power(row, verdict),
+            "speedup": str(row.get("speedup") or "") if measured else "",
+            "robustness": _robustness(row) if judged else "",
+            "regime": regime_text(row.get("regime")) if measured else "",
+            "disagrees": "yes" if judged and (row.get("log") or {}).get("agrees") is False else "",
         })
     return out

@@ -5,8 +5,9 @@ Reads ``results/<study>/runs/<run>/{train_log.jsonl, metrics.json, fid_progress.
 protocol and the run's ``arm`` = its id without the seed), ``runs.csv`` and ``summary.json``
 (DVC metrics: final FID per group variant over seeds, and per group the paired comparisons of
 every arm with the group's baseline: difference, 95% interval, Holm-adjusted p, verdict,
-detectable effect, censored speed-up; docs/methods.md §9). :func:`write_verdicts` turns the
-table and the analyses' outputs into ``verdicts.json``, one verdict per paper claim.
+detectable effect, censored speed-up; docs/methods.md §9; and the study's FID floor).
+:func:`write_verdicts` turns the table, the analyses' outputs and the floor into ``verdicts.json``:
+per claim its record and both verdicts, Holm across the scorecard (docs/design.md#verdicts-json).
 
 Needs pandas, so the Snakefile imports it only inside the ``collect`` job, never at DAG build.
 Knows nothing of how runs are trained or scored: only the files they leave.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -31,7 +32,7 @@ from timestep_lab.verdicts import (
     study_comparisons,
 )
 
-__all__ = ["collect", "summarize", "write_verdicts", "load_tables"]
+__all__ = ["collect", "summarize", "write_verdicts", "load_tables", "VERDICTS_FORMAT"]
 
 
 def _median_step_time(log_records: list[dict]) -> float | None:
@@ -42,10 +43,12 @@ def _median_step_time(log_records: list[dict]) -> float | None:
 
 
 def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv: str, runs_csv: str,
-            summary_json: str) -> None:
+            summary_json: str, floor_json: str | Sequence[str] | None = None) -> None:
     """Gather every run's ``metrics.json``, ``fid_progress.json`` and ``train_log.jsonl`` into one
     tidy metrics table (one row per run x stage x images seen x metric x tool), a run table, and
-    a small JSON summary (DVC metrics: final FID per group variant, mean over seeds)."""
+    a small JSON summary (DVC metrics: final FID per group variant, mean over seeds; ``floor``: the
+    study's ``eval/floor.json`` as it is, when the study has a held-out split; ``floor_json`` may be
+    a path or a list of at most one, as a rule's optional input is)."""
     rows, run_rows = [], []
     root = Path(results_dir) / "runs"
     for rid, info in runs.items():
@@ -82,7 +85,12 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
         with atomic_path(path, suffix=".csv") as tmp:
             df.to_csv(tmp, index=False)
     ref = runs.get("reference") or {}
-    atomic_write_json(summary_json, summarize(metrics, table, base_batch=(ref.get("axes") or {}).get("batch_size")))
+    summary = summarize(metrics, table, base_batch=(ref.get("axes") or {}).get("batch_size"))
+    if floor_json is not None and not isinstance(floor_json, (str, Path)):
+        floor_json = next(iter(floor_json), None)
+    if floor_json and Path(floor_json).is_file():
+        summary["floor"] = read_json(floor_json)
+    atomic_write_json(summary_json, summary)
 
 
 def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,23 +159,41 @@ def load_tables(metrics_csv: str, runs_csv: str | None = None) -> pd.DataFrame:
     return metrics
 
 
+#: The format string of ``verdicts.json`` (docs/design.md#verdicts-json).
+VERDICTS_FORMAT = "timestep_lab.verdicts/2"
+
+
 def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = None, interference: str | None = None,
-                   consistency: str | None = None, base_batch: int | None = None, study: str = "") -> dict[str, Any]:
-    """``verdicts.json``: :func:`timestep_lab.verdicts.judge_claims` over the collected metrics and
-    the analyses' outputs (``interference_control.json``, ``consistency.json``; absent -> "not run")."""
+                   consistency: str | None = None, base_batch: int | None = None, study: str = "",
+                   floor: str | None = None) -> dict[str, Any]:
+    """``verdicts.json`` (format :data:`VERDICTS_FORMAT`, docs/design.md#verdicts-json):
+    :func:`timestep_lab.verdicts.judge_claims` over the collected metrics, the analyses' outputs
+    (``interference_control.json``, ``consistency.json``; absent -> "not run") and the study's
+    ``floor.json`` (absent: no floor in the regime)."""
     metrics = load_tables(metrics_csv, runs_csv)
     analyses = {}
     if interference and Path(interference).exists():
         analyses["interference"] = interference_effect(read_json(interference))
     if consistency and Path(consistency).exists():
         analyses["consistency"] = consistency_effect(read_json(consistency))
+    floor_data = read_json(floor) if floor and Path(floor).exists() else None
+    judged = judge_claims(metrics, analyses, base_batch=base_batch, floor=floor_data)
     result = json_safe({
+        "format": VERDICTS_FORMAT,
         "study": study,
         "interval": "95% Student-t interval of the mean paired difference over seeds (arm - baseline)",
-        "verdict_rule": "reproduced / contradicted: the interval excludes 0 on the claimed / the other side and "
-                        "the Holm-adjusted p < 0.05; inconclusive otherwise (detectable: smallest difference "
-                        "found with 80% power at this n); not run: the study lacks the runs",
-        "claims": judge_claims(metrics, analyses, base_batch=base_batch),
+        "verdict_rule": "direction: reproduced / contradicted when the interval excludes 0 on the claimed / the other "
+                        "side and the p-value, Holm-adjusted across every judged claim of the study (family), is "
+                        "< 0.05; inconclusive otherwise; not judged at this length: a claim about convergence in a "
+                        "study whose baseline has not stopped improving; not run: the study lacks the runs",
+        "size_rule": "consistent: the paper's number lies in our interval (or its range overlaps it); smaller / "
+                     "larger: our whole interval lies below / above it; not comparable: a different metric or "
+                     "question, or a censored bound that includes it (the reason is given)",
+        "detectable_rule": "true |difference| reproduced with 80% power at the family's Holm level alpha/m, "
+                           "estimated from the sample SD (calibrated for its spread at n)",
+        "family": judged["family"],
+        "floor": floor_data,
+        "claims": judged["claims"],
     })
     atomic_write_json(out_json, result)
     return result
