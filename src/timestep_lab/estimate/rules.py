@@ -199,7 +199,7 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     test_split = plan.study["data"].get("test_split")
     if test_split:  # the floor: held-out images through both tools (the bootstrap is CPU linear algebra)
         floor = RuleCost("floor", 1, gpu, notes=["200 bootstrap Fréchet distances per tool (CPU)"])
-        c.features(floor, min(plan.split_size(test_split), ev["num_samples"] or plan.split_size(test_split)))
+        c.features(floor, "floor", min(plan.split_size(test_split), ev["num_samples"] or plan.split_size(test_split)))
         out.append(floor)
 
     scored = _rule("sample_score", plan.evaluated_runs(), gpu)  # sampling and scoring in one job
