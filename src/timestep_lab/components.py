@@ -24,7 +24,7 @@ from timestep_lab.solvers import SOLVERS, make_solver
 from timestep_lab.timesteps import SAMPLERS, TimestepSampler, make_sampler
 from timestep_lab.weighting import WEIGHTINGS, Weighting, make_weighting
 
-__all__ = ["check_config", "build_diffusion", "build_model", "build_prediction", "build_sampler", "build_weighting"]
+__all__ = ["check_config", "check_method", "build_diffusion", "build_model", "build_prediction", "build_sampler", "build_weighting"]
 
 
 def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
@@ -37,10 +37,7 @@ def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
     d = cfg.diffusion
     PROCESSES.check(d.kind, "diffusion.kind", source)
     SCHEDULES.params(d.schedule, d.schedule_params, key="diffusion.schedule_params", source=source)
-    solver = make_solver(cfg.sample.method)
-    if d.kind not in solver.kinds:
-        raise ConfigError(f"{source}: sample.method: {cfg.sample.method} does not apply to diffusion.kind {d.kind}; "
-                          f"choose one of: {', '.join(n for n in SOLVERS.names() if d.kind in make_solver(n).kinds)}")
+    check_method(cfg.sample.method, d.kind, source)
     PREDICTIONS.params(d.prediction, None, key="diffusion.prediction_params", source=source)
     SAMPLERS.params(cfg.timesteps.name, cfg.timesteps.params, key="timesteps.params", source=source)
     WEIGHTINGS.params(cfg.weighting.name, cfg.weighting.params, key="weighting.params", source=source)
@@ -60,6 +57,15 @@ def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
         except ValueError as exc:
             raise ConfigError(f"{source}: {key}: {exc}") from None
     return cfg
+
+
+def check_method(method: str, kind: str, source: str = "config") -> None:
+    """:class:`ConfigError` naming ``sample.method`` unless the reverse sampler ``method`` applies to
+    the process ``kind`` (ddpm/ddim: gaussian; euler/heun: flow)."""
+    if kind not in make_solver(method).kinds:
+        choices = ", ".join(n for n in SOLVERS.names() if kind in make_solver(n).kinds)
+        raise ConfigError(f"{source}: sample.method: {method} does not apply to diffusion.kind {kind}; "
+                          f"choose one of: {choices}")
 
 
 def build_diffusion(cfg: RunConfig) -> GaussianDiffusion | RectifiedFlow:

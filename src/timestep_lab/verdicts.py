@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from timestep_lab.flow_claims import FLOW_BASELINE, FLOW_CLAIMS, FLOW_GROUP, FlowClaim
 from timestep_lab.stats import holm, paired, speedup, verdict
 
 #: Sign of ``arm - baseline`` in final FID that a group's per-arm ``verdict`` tests: the arm lowers FID.
@@ -209,6 +210,7 @@ GROUP_BASELINES: dict[str, tuple[dict[str, Any], str | None]] = {
     "prediction_types": ({"prediction": "eps"}, None),
     "batch_size": ({"batch_size": "{base}"}, None),
     "consistency": (CONSTANT_BASE, None),
+    FLOW_GROUP: (FLOW_BASELINE, None),
 }
 
 def _sampler_claim(claim_id: str, paper: str, statement: str, sampler: str, weighting: str = "none") -> Claim:
@@ -251,6 +253,15 @@ CLAIMS: tuple[Claim, ...] = (
           kind="analysis", analysis="table1",
           needs="the guided-diffusion ImageNet-64 checkpoint as reference.pretrained (config/imagenet.yaml)"),
 )
+
+
+def flow_claim(record: FlowClaim) -> Claim:
+    """A flow-matching claim record (:mod:`timestep_lab.flow_claims`) as a scorecard claim."""
+    return Claim(record.id, f"{record.paper}, {record.section}", record.finding, group=FLOW_GROUP, arm=record.arm,
+                 baseline=record.baseline, expected_sign=record.direction, needs=record.needs)
+
+
+CLAIMS += tuple(flow_claim(c) for c in FLOW_CLAIMS)  # the flow-matching questions (docs/methods.md §11.5)
 
 
 def _resolve(selector: Mapping[str, Any], df: pd.DataFrame, base_batch: int | None) -> dict[str, Any]:
