@@ -30,6 +30,8 @@ PAPER_NUMBERS = [
     {"paper": "Adaptive sampler (2411.09998)", "setting": "CIFAR-10 FID-50K, vs SpeeD", "baseline": "3.57", "method": "2.94", "claim": "adaptive_faster", "ours_vs": "adaptive vs uniform"},
     {"paper": "Consistency / CLTS (2404.07946)", "setting": "CIFAR-10, ImageNet-128 training speed-up", "baseline": "", "method": "2x to 2.6x", "claim": "clts_faster", "speedup": True},
     {"paper": "Rethinking samplers (2502.01990)", "setting": "slots of guided-diffusion ImageNet-256", "baseline": "Table 1", "method": "", "claim": "slots"},
+    {"paper": "SD3 (2403.03206)", "setting": "Tables 1-2: average rank of 61 variants (lower is better), rectified flow", "baseline": "5.67 (uniform t)", "method": "1.54 (logit-normal(0, 1))", "claim": "fm_logit_normal", "ours_vs": "flow, logit-normal vs uniform"},
+    {"paper": "Curriculum Sampling (2603.12517)", "setting": "CIFAR-10 best FID, flow matching", "baseline": "3.85 (uniform t)", "method": "3.22 (logit-normal -> uniform)", "claim": "fm_curriculum", "ours_vs": "flow, curriculum vs uniform"},
 ]
 
 
