@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -290,3 +292,33 @@ def test_flow_config_is_validated(digits_dir):
     with pytest.raises(ConfigError, match=r"weighting\.params: sampler: adaptive learns during training"):
         check_config(tiny_config(digits_dir, weighting={"name": "density", "params": {"sampler": {"name": "adaptive"}}}),
                      "run.yaml")
+
+
+# ------------------------------------------------------------------------------ analyses on a flow model
+
+
+class ZeroVelocity(torch.nn.Module):
+    def forward(self, x, t):
+        return torch.zeros_like(x)
+
+
+def test_loss_profile_and_slots_on_a_flow_model_match_closed_forms():
+    """v_hat = 0 gives x0_hat = x_t and eps_hat = x_t, so on the fixed bank x0_mse = sigma^2 m,
+    eps_mse = (1 - sigma)^2 m and the velocity loss is m = E||eps - x0||^2 at every t: the loss
+    profile, the x0-error analysis and the slots run on the flow's conversions unchanged."""
+    from timestep_lab.predictions import make_prediction
+    from timestep_lab.studies.profile import loss_profile, profile_bank, profile_per_t
+    from timestep_lab.studies.slots import check_cover, equal_loss_slots
+
+    flow = RectifiedFlow(100)
+    images = torch.randint(0, 256, (40, 8, 8, 1), generator=torch.Generator().manual_seed(0), dtype=torch.uint8).numpy()
+    prof = loss_profile(ZeroVelocity(), flow, make_prediction("v", 100), images, num_images=16, stride=9, seed=3)
+    x0, eps, _ = profile_bank(images, 16, 3)
+    m = float(((eps - x0).double() ** 2).mean())
+    s = flow.sigmas[prof["timesteps"]].numpy()
+    np.testing.assert_allclose(prof["loss"], m, rtol=1e-5)
+    np.testing.assert_allclose(prof["x0_mse"], s**2 * m, rtol=1e-4)
+    np.testing.assert_allclose(prof["eps_mse"], (1 - s) ** 2 * m, rtol=1e-4, atol=1e-9)
+    assert all(math.isfinite(v) and v >= 0 for v in prof["vlb_bpd"])
+    slots = equal_loss_slots(profile_per_t(prof, "x0_mse"), 5)
+    check_cover(slots, 100)
