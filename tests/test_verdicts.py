@@ -116,3 +116,17 @@ def test_flow_matching_claims_are_judged_in_their_group_against_their_own_baseli
     # every record carries its source and a quote flagged as checked or not
     assert all(c.section and c.paper and c.direction in (-1, 1) and isinstance(c.quote_checked, bool)
                for c in FLOW_CLAIMS)
+
+
+def test_the_asymptote_claim_is_not_judged_on_shortened_runs():
+    """Curriculum Sampling's claim is about the end of training: runs shortened by a train.total_kimg
+    override (ids with _kimg<N>, the default study's 8-kimg flow runs) leave it "not run"."""
+    rng = np.random.default_rng(2)
+    seeds, base = list(range(3)), 100 + rng.normal(0, 10, 3)
+    df = pd.DataFrame(_rows("flow_matching", "uniform", "none", seeds, base, prediction="v", tag="_flow_heun_kimg8")
+                      + _rows("flow_matching", "logit_normal", "none", seeds, base - 20 + rng.normal(0, 1, 3),
+                              prediction="v", tag="_flow_heun_kimg8"))
+    rows = {r["id"]: r for r in judge_claims(df)}
+    assert rows["fm_logit_normal"]["verdict"] == "reproduced"
+    assert rows["fm_logit_normal_asymptote"]["verdict"] == "not run"
+    assert "96 kimg" in rows["fm_logit_normal_asymptote"]["needs"]
