@@ -52,8 +52,8 @@ def test_impossible_values(tmp_path):
         load_config(write(tmp_path, "train:\n  batch_size: 0\n"))
     with pytest.raises(ConfigError, match="train.batch_size=96 must be a multiple of train.batch_gpu=64"):
         load_config(write(tmp_path, "train:\n  batch_size: 96\n  batch_gpu: 64\n"))
-    with pytest.raises(ConfigError, match="sample.method must be ddpm or ddim"):
-        load_config(write(tmp_path, "sample:\n  method: euler\n"))
+    with pytest.raises(ConfigError, match="sample.method must be ddpm, ddim, euler or heun"):
+        load_config(write(tmp_path, "sample:\n  method: rk4\n"))
 
 
 def test_registry_names_and_params_are_checked(tmp_path):

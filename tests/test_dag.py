@@ -51,11 +51,13 @@ def test_single_seed_matrix_uses_the_reference_seed_only(plan):
 
 def test_every_report_and_the_index_read_the_verdicts(plan):
     reports = _jobs(plan, "report")
-    assert len(reports) == 8
+    assert len(reports) == 9
     for job in reports:
         assert "-p verdicts results/smoke/verdicts.json" in job, job[:300]
     (slot,) = [j for j in reports if "reports/slot_finetune.py" in j]
     assert "-p interference_control results/smoke/analyses/interference_control.json" in slot
+    (flow,) = [j for j in reports if "reports/flow_matching.py" in j]  # each flow run's sampler and weighting
+    assert "-p run_configs results/smoke/runs/uniform_none_v_b64_linear_s0_flow_heun/run.yaml," in flow
     (index,) = _jobs(plan, "index")
     assert "results/smoke/verdicts.json" in index
 

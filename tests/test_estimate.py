@@ -91,6 +91,20 @@ def test_anchor_scaling_keeps_the_anchors_utilisation():
     assert "ASSUMPTION" in guess.sources[0][1]
 
 
+def test_flow_runs_are_counted_with_their_ode_solver():
+    """A flow run is scored with evaluation.sample_by_kind's solver: Heun with n steps takes 2n - 1
+    network evaluations per sample (docs/methods.md §12.4), progress points too."""
+    study = {**TINY, "evaluation": {**TINY["evaluation"], "sample_by_kind": {"flow": {"method": "heun", "steps": 4}}},
+             "groups": {"flow_matching": {"progress": True, "overrides": {"diffusion.kind": "flow", "sample.method": "heun"},
+                                          "grid": {"sampler": ["uniform"], "prediction": ["v"]}, "seeds": [0]}}}
+    plan = plan_from_dict(study, "tiny.yaml")
+    assert "uniform_none_v_b64_linear_s0_flow_heun" in plan.runs
+    rules = {r.rule: r for r in rule_costs(plan)}
+    # the reference (Gaussian, DDIM-10) and the flow run (Heun 4 steps: 7 evaluations per sample)
+    assert rules["sample_score"].evaluations == 100 * 10 + 100 * 7
+    assert rules["evaluate_progress"].evaluations == 2 * 50 * 7
+
+
 def test_tiny_study_worked_by_hand():
     plan = plan_from_dict(TINY, "tiny.yaml")
     assert sorted(plan.runs) == ["reference", "speed_none_eps_b64_linear_s0", "uniform_none_eps_b64_linear_s0"]
@@ -99,7 +113,7 @@ def test_tiny_study_worked_by_hand():
     assert jobs == {"prepare_data": 2, "run_config": 3, "train": 3, "train_features": 1, "reference_stats": 1,
                     "floor": 1, "sample_score": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
                     "slots": 1, "interference": 1, "sample_score_contribution": 1,
-                    "posterior": 1, "profile_predictions": 1, "consistency": 1, "verdicts": 1, "report": 8, "estimate": 1,
+                    "posterior": 1, "profile_predictions": 1, "consistency": 1, "verdicts": 1, "report": 9, "estimate": 1,
                     "index": 1, "all": 1}
     # train: 1000 images at batch 64 -> 16 steps = 1024 images per run; the reference 2000 at 128 -> 2048
     assert rules["train"].images_trained == 2 * 1024 + 2048 == rules["train"].evaluations
@@ -127,8 +141,8 @@ def test_tiny_study_worked_by_hand():
     # the floor: 100 of the held-out split's 359 digits (evaluation.num_samples) through both tools
     assert rules["floor"].flops == 100 * 2 * dcnn
     # with the `all` target, as `snakemake -n` counts: 38 before sampling and scoring shared a job
-    # (3 evaluate + 1 evaluate_contribution jobs fewer), 36 with the estimate job and the floor counted
-    assert to_json(est)["total"]["jobs"] == 36
+    # (3 evaluate + 1 evaluate_contribution jobs fewer), 37 with the estimate job, the floor and the flow_matching report
+    assert to_json(est)["total"]["jobs"] == 37
 
 
 def test_bad_study_is_one_config_error():

@@ -26,7 +26,7 @@ from worktree import ROOT, children_cpu_s, copy_worktree, run, study_env
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 REPORTS = ["sampler_comparison", "schedules", "loss_profile", "slot_finetune", "batch_size",
-           "timestep_contribution", "prediction_types", "consistency"]
+           "timestep_contribution", "prediction_types", "consistency", "flow_matching"]
 
 
 def _tail(text: str, n: int = 4000) -> str:
@@ -99,6 +99,26 @@ def test_verdicts_cover_every_claim_and_the_index_shows_them(study):
     assert "±" not in index  # no unpaired mean ± std on the index
     slot_page = (rep / "slot_finetune.html").read_text()
     assert "uniform control" in slot_page and "Verdicts on the claims this report covers" in slot_page
+
+
+def test_flow_runs_train_a_rectified_flow_and_are_scored_with_heun(study):
+    """The smoke study's flow_matching group end to end (docs/methods.md §12): run configs with the
+    flow process, FIDs measured with the scoring protocol of evaluation.sample_by_kind, the
+    flow claims on the scorecard and in the report."""
+    res, rep = study.root / "results" / "smoke", study.root / "reports" / "smoke"
+    metrics = pd.read_csv(res / "metrics.csv")
+    flow = metrics[metrics["groups"].fillna("").str.contains("flow_matching")]
+    assert set(flow["sampler"]) == {"uniform", "logit_normal"} and set(flow["prediction"]) == {"v"}
+    assert set(flow["method"]) == {"heun"} and set(flow["steps"]) == {5}  # 9 network evaluations
+    assert set(flow["stage"]) == {"final", "progress"}
+    assert set(metrics.loc[~metrics["run"].isin(flow["run"]), "method"].dropna()) == {"ddim"}
+    run = flow["run"].iloc[0]
+    assert "kind: flow" in (res / "runs" / run / "run.yaml").read_text()
+    claims = {c["id"]: c for c in json.loads((res / "verdicts.json").read_text())["claims"]}
+    assert claims["fm_logit_normal"]["n"] == 1 and claims["fm_logit_normal"]["verdict"] == "inconclusive"
+    assert claims["fm_mode"]["verdict"] == "not run"
+    page = (rep / "flow_matching.html").read_text()
+    assert "fm_sample_not_weight" in page and "effective weight" in page
 
 
 #: relative tolerance of the golden comparison on another machine's arithmetic (see the test)

@@ -120,6 +120,14 @@ IID_CASES = {  # case: (sampler, params, T)
     "slots": ("slots", {"active": [3, 5, 7, 9]}, T),
     "slots_t100": ("slots", {"active": [1, 10]}, 100),
     "slot_balanced_iid": ("slot_balanced", {"stratified": False}, T),
+    "mode": ("mode", {}, T),
+    "mode_ends": ("mode", {"scale": -0.8}, T),
+    "cosmap": ("cosmap", {}, T),
+    "laplace": ("laplace", {}, T),
+    "cauchy_shifted": ("cauchy", {"mu": 2.0, "gamma": 0.5}, T),
+    "shift_uniform": ("shift", {"shift": 3.0}, T),
+    "shift_logit_normal_down": ("shift", {"base": {"name": "logit_normal", "params": {"m": 0.5}}, "shift": 0.4}, 100),
+    "curriculum": ("curriculum", {}, T),
 }
 
 

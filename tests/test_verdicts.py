@@ -167,3 +167,49 @@ def test_a_convergence_claim_is_not_judged_while_the_baseline_still_improves():
                         + _rows("batch_size", "uniform", "none", [0, 1, 2], big + 40, batch=16))
     row = _judged(bare, base_batch=128)["small_batch"]
     assert row["verdict"] == "not judged at this length" and row["regime"]["converged"] is None
+
+
+def test_flow_matching_claims_are_judged_in_their_group_against_their_own_baseline():
+    """Question 1 against uniform t, question 2 against the sampled arm (docs/methods.md §12.5):
+    logit-normal 10 FID below uniform reproduces SD3 and contradicts Curriculum Sampling's asymptote;
+    the density-weighted arm 5 above logit-normal reproduces "sampling beats weighting"."""
+    from timestep_lab.claims import FLOW_CLAIMS, QUESTION_OF
+
+    rng = np.random.default_rng(1)
+    seeds, base = list(range(5)), 100 + rng.normal(0, 10, 5)
+    ln = base - 10 + rng.normal(0, 1, 5)
+    flat = _plateau(base, 0.05)  # the baseline has stopped improving: the asymptote claim can be judged
+    df = pd.DataFrame(_rows("flow_matching", "uniform", "none", seeds, base, prediction="v", tag="_flow_euler",
+                            progress=flat)
+                      + _rows("flow_matching", "logit_normal", "none", seeds, ln, prediction="v", tag="_flow_euler")
+                      + _rows("flow_matching", "uniform", "ln_density", seeds, ln + 5 + rng.normal(0, 1, 5),
+                              prediction="v", tag="_flow_euler")
+                      + _rows("sampler_comparison", "uniform", "none", seeds, base))  # a Gaussian group beside it
+    rows = _judged(df)
+    assert {c.id for c in FLOW_CLAIMS} <= set(rows)
+    assert rows["fm_logit_normal"]["verdict"] == "reproduced"
+    assert rows["fm_logit_normal"]["baseline"] == "uniform_none_v_b128_linear_flow_euler"
+    assert rows["fm_logit_normal_asymptote"]["verdict"] == "contradicted"
+    q2 = rows["fm_sample_not_weight"]
+    assert q2["verdict"] == "reproduced" and q2["baseline"] == "logit_normal_none_v_b128_linear_flow_euler"
+    assert 3 < q2["diff"] < 7
+    for cid in ("fm_mode", "fm_cosmap", "fm_shift", "fm_curriculum", "fm_min_snr"):
+        assert rows[cid]["verdict"] == "not run" and "flow_matching" in rows[cid]["needs"]
+    # every record carries its source, where in it, its question and the threads where users ask it
+    assert all(c.where and c.paper and c.expected_sign in (-1, 1) and c.group == "flow_matching" for c in FLOW_CLAIMS)
+    assert set(QUESTION_OF) == {c.id for c in FLOW_CLAIMS} and set(QUESTION_OF.values()) == {1, 2, 3, 4, 5}
+    assert rows["fm_shift"]["asked_in"] and "recalled" in rows["fm_shift"]["note"]
+
+
+def test_the_asymptote_claim_is_not_judged_on_shortened_runs():
+    """Curriculum Sampling's claim is about the end of training: runs shortened by a train.total_kimg
+    override (ids with _kimg<N>, the default study's 8-kimg flow runs) leave it "not run"."""
+    rng = np.random.default_rng(2)
+    seeds, base = list(range(3)), 100 + rng.normal(0, 10, 3)
+    df = pd.DataFrame(_rows("flow_matching", "uniform", "none", seeds, base, prediction="v", tag="_flow_heun_kimg8")
+                      + _rows("flow_matching", "logit_normal", "none", seeds, base - 20 + rng.normal(0, 1, 3),
+                              prediction="v", tag="_flow_heun_kimg8"))
+    rows = _judged(df)
+    assert rows["fm_logit_normal"]["verdict"] == "reproduced"
+    assert rows["fm_logit_normal_asymptote"]["verdict"] == "not run"
+    assert "96 kimg" in rows["fm_logit_normal_asymptote"]["needs"]

@@ -42,6 +42,27 @@ def test_list_entries_and_overrides():
     assert runs["uniform_none_eps_b64_linear_s2_ch24"].config["model"]["channels"] == 24
 
 
+def test_flow_group_ids_progress_interval_and_scoring_protocol():
+    """A flow group: the process and its solver read as words in the id, the group's own progress
+    interval, and the scoring protocol per process (evaluation.sample_by_kind)."""
+    from timestep_lab.workflow import eval_sample
+
+    s = study(a={"grid": {"sampler": ["uniform"]}, "seeds": [0], "progress": True},
+              flow_matching={"grid": {"sampler": ["uniform", "speed"], "prediction": ["v"]}, "seeds": [0],
+                             "progress": True, "progress_every_kimg": 0.5,
+                             "overrides": {"diffusion.kind": "flow", "sample.method": "heun"}})
+    s["evaluation"].update(sample={"method": "ddim", "steps": 20, "eta": 0.0},
+                           sample_by_kind={"flow": {"method": "heun", "steps": 10}})
+    runs = build_runs(s)
+    flow = runs["uniform_none_v_b64_linear_s0_flow_heun"]
+    assert flow.config["diffusion"]["kind"] == "flow" and flow.config["sample"]["method"] == "heun"
+    assert flow.config["train"]["snapshot_every_kimg"] == 0.5
+    assert runs["uniform_none_eps_b64_linear_s0"].config["train"]["snapshot_every_kimg"] == 2
+    assert eval_sample(s["evaluation"], flow.config) == {"method": "heun", "steps": 10, "eta": 0.0}
+    assert eval_sample(s["evaluation"], runs["uniform_none_eps_b64_linear_s0"].config)["method"] == "ddim"
+    config_from_dict(flow.config)
+
+
 def test_errors_name_the_place():
     with pytest.raises(ConfigError, match="groups.a.grid: unknown axis 'sampler_name'"):
         build_runs(study(a={"grid": {"sampler_name": ["uniform"]}}))

@@ -14,35 +14,41 @@ from torch import nn
 
 from timestep_lab.config import ConfigError, RunConfig
 from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.flow import RectifiedFlow
 from timestep_lab.models import MODELS
 from timestep_lab.optim import OPTIM_SCHEDULES, make_schedule
 from timestep_lab.predictions import PREDICTIONS, Prediction
-from timestep_lab.schedules import SCHEDULES, get_schedule
+from timestep_lab.processes import PROCESSES, make_process
+from timestep_lab.schedules import SCHEDULES
+from timestep_lab.solvers import SOLVERS, make_solver
 from timestep_lab.timesteps import SAMPLERS, TimestepSampler, make_sampler
 from timestep_lab.weighting import WEIGHTINGS, Weighting, make_weighting
 
-__all__ = ["check_config", "build_diffusion", "build_model", "build_prediction", "build_sampler", "build_weighting"]
+__all__ = ["check_config", "check_method", "build_diffusion", "build_model", "build_prediction", "build_sampler", "build_weighting"]
 
 
 def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
     """Validate registry names and parameters of ``cfg``; raise :class:`ConfigError` naming the key.
 
-    Constructs the (cheap) schedule, weighting and sampler once so that parameter checks that
-    depend on T (e.g. a slot range outside [0, T-1]) are caught too.
+    Constructs the (cheap) process, weighting and sampler once so that parameter checks that
+    depend on T (e.g. a slot range outside [0, T-1]) are caught too, and checks that the reverse
+    sampler ``sample.method`` applies to the process ``diffusion.kind``.
     """
     d = cfg.diffusion
+    PROCESSES.check(d.kind, "diffusion.kind", source)
     SCHEDULES.params(d.schedule, d.schedule_params, key="diffusion.schedule_params", source=source)
+    check_method(cfg.sample.method, d.kind, source)
     PREDICTIONS.params(d.prediction, None, key="diffusion.prediction_params", source=source)
     SAMPLERS.params(cfg.timesteps.name, cfg.timesteps.params, key="timesteps.params", source=source)
     WEIGHTINGS.params(cfg.weighting.name, cfg.weighting.params, key="weighting.params", source=source)
     OPTIM_SCHEDULES.params(cfg.optim.schedule.name, cfg.optim.schedule.params, key="optim.schedule.params", source=source)
     MODELS.params(cfg.model.name, None, key="model.params", source=source)
     try:
-        alpha_bar = get_schedule(d.schedule, d.num_timesteps, **d.schedule_params)
+        process = build_diffusion(cfg)
     except ValueError as exc:
         raise ConfigError(f"{source}: diffusion: {exc}") from None
-    for key, build in (("weighting.params", lambda: build_weighting(cfg, alpha_bar)),
-                       ("timesteps.params", lambda: build_sampler(cfg, alpha_bar, "cpu")),
+    for key, build in (("weighting.params", lambda: build_weighting(cfg, process)),
+                       ("timesteps.params", lambda: build_sampler(cfg, process.alpha_bar, "cpu")),
                        ("optim.schedule.params", lambda: make_schedule(cfg.optim))):
         try:
             build()
@@ -53,9 +59,18 @@ def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
     return cfg
 
 
-def build_diffusion(cfg: RunConfig) -> GaussianDiffusion:
-    d = cfg.diffusion
-    return GaussianDiffusion(get_schedule(d.schedule, d.num_timesteps, **d.schedule_params), d.variance)
+def check_method(method: str, kind: str, source: str = "config") -> None:
+    """:class:`ConfigError` naming ``sample.method`` unless the reverse sampler ``method`` applies to
+    the process ``kind`` (ddpm/ddim: gaussian; euler/heun: flow)."""
+    if kind not in make_solver(method).kinds:
+        choices = ", ".join(n for n in SOLVERS.names() if kind in make_solver(n).kinds)
+        raise ConfigError(f"{source}: sample.method: {method} does not apply to diffusion.kind {kind}; "
+                          f"choose one of: {choices}")
+
+
+def build_diffusion(cfg: RunConfig) -> GaussianDiffusion | RectifiedFlow:
+    """The forward process ``diffusion.kind`` (:mod:`timestep_lab.processes`)."""
+    return make_process(cfg.diffusion)
 
 
 def build_prediction(cfg: RunConfig) -> Prediction:
@@ -75,6 +90,8 @@ def build_sampler(cfg: RunConfig, alpha_bar: torch.Tensor, device: Any = "cpu") 
                         device=device, **dict(cfg.timesteps.params))
 
 
-def build_weighting(cfg: RunConfig, alpha_bar: torch.Tensor) -> Weighting:
-    return make_weighting(cfg.weighting.name, alpha_bar=alpha_bar, prediction=cfg.diffusion.prediction,
-                          **dict(cfg.weighting.params))
+def build_weighting(cfg: RunConfig, process: GaussianDiffusion | RectifiedFlow) -> Weighting:
+    """The loss weighting, converted to the prediction's loss space with the process' factors
+    (``alpha_bar`` and ``v_scale``: the flow's velocity error differs from the VP v's)."""
+    return make_weighting(cfg.weighting.name, alpha_bar=process.alpha_bar, prediction=cfg.diffusion.prediction,
+                          v_scale=process.v_scale, **dict(cfg.weighting.params))

@@ -69,6 +69,8 @@ class GaussianDiffusion:
         (with beta~_1 at t = 0, as iDDPM), ``"fixed_small"`` the posterior variance beta~_t.
     """
 
+    kind = "gaussian"  # its name in the process registry (timestep_lab.processes)
+
     def __init__(self, alpha_bar: Tensor, variance: str = "fixed_large"):
         ab = alpha_bar.detach().double().cpu()
         if ab.ndim != 1 or ab.numel() < 2:
@@ -115,6 +117,11 @@ class GaussianDiffusion:
     def snr(self) -> Tensor:
         """``SNR_t = ab_t / (1 - ab_t)``, ``[T]`` float64."""
         return self._coefs64["snr"]
+
+    @property
+    def v_scale(self) -> Tensor:
+        """``ab_t``: ``||v_hat - v||^2 = ||eps_hat - eps||^2 / ab_t`` for the same x_t, ``[T]`` float64."""
+        return self._coefs64["alpha_bar"]
 
     def table(self, name: str, device: torch.device | str = "cpu") -> Tensor:
         """A coefficient ``[T]`` as float32 on ``device`` (cached)."""

@@ -1,6 +1,8 @@
 """What the network predicts: ``eps``, ``x0``, ``v`` or ``mixed`` (three heads, min loss).
 
-Each prediction type turns the raw network output ``out [B, k*C, H, W]`` into
+Each prediction type turns the raw network output ``out [B, k*C, H, W]`` into the following, with
+the conversions of the process it trains (``diffusion``: :class:`GaussianDiffusion` or
+:class:`~timestep_lab.flow.RectifiedFlow`, whose ``v`` is the velocity ``eps - x0``):
 
 * a per-sample training loss (mean squared error in the type's own target space, before any
   loss weighting), and
@@ -125,7 +127,9 @@ class MixedPrediction(Prediction):
 
     def estimates(self, out, x_t, t, diffusion):
         est = self.head_x0(out, x_t, t, diffusion)  # [3, B, ...]
-        head = self.head_per_t.to(t.device)[t]  # [B]
+        # the ODE solvers pass fractional t between grid points: the nearest grid point's head
+        idx = t.round().long().clamp(0, self.head_per_t.numel() - 1) if t.is_floating_point() else t
+        head = self.head_per_t.to(t.device)[idx]  # [B]
         x0_hat = est.gather(0, head.view(1, -1, *([1] * (est.ndim - 2))).expand(1, *est.shape[1:]))[0]
         return x0_hat, diffusion.eps_from_x0(x_t, t, x0_hat)
 

@@ -70,6 +70,11 @@ class Registry(Generic[T]):
                 f"{source}: {key}: unknown {self.kind} '{name}'{hint}; choose one of: {', '.join(self.names())}"
             ) from None
 
+    def check(self, name: str, key: str, source: str = "config") -> None:
+        """Raise :class:`ConfigError` naming ``key`` (a dotted config key, e.g. ``diffusion.kind``)
+        unless ``name`` is registered."""
+        self._entry(name, key, source)
+
     def params(self, name: str, params: Mapping[str, Any] | Any = None, *, key: str = "params",
                source: str = "config") -> Any:
         """Validate ``params`` for entry ``name``; return the frozen params dataclass.

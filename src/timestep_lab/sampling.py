@@ -1,18 +1,11 @@
-"""Reverse samplers: DDPM ancestral and DDIM, respaced, one seed per sample.
+"""Drawing images from a model: one seed per sample, batched; the reverse samplers themselves are
+:mod:`timestep_lab.solvers` (``sample.method``: ddpm, ddim for the Gaussian process; euler, heun
+for the rectified flow).
 
 Sample ``i`` always uses its own generator seeded ``seed_base + i`` for its initial noise and
 every step's noise, so the images do not depend on batch size or device count (EDM's
 ``--seeds``). Respacing keeps ``steps`` evenly spaced timesteps of the original T (iDDPM
 ``space_timesteps``) and runs the process whose alpha_bar is the original one at those steps.
-
-DDPM step (Ho et al. 2020, eq. 6-7, fixed variance)::
-
-    x_{s-1} = c1_s x0_hat + c2_s x_s + sigma_s z,    z ~ N(0, I), no noise at the last step
-
-DDIM step (Song et al. 2021, eq. 12)::
-
-    sigma   = eta * sqrt((1 - ab_prev) / (1 - ab)) * sqrt(1 - ab / ab_prev)
-    x_prev  = sqrt(ab_prev) x0_hat + sqrt(1 - ab_prev - sigma^2) eps_hat + sigma z
 
 Ground-truth replacement (Xie & Agam, Fig. 3; docs/methods.md 3.4): inside an inclusive range
 of original timesteps ``[lo, hi]`` the model's x0 prediction is replaced by the true x0 of a
@@ -36,10 +29,10 @@ from torch import Tensor, nn
 from timestep_lab.checkpoints import load_for_inference
 from timestep_lab.config import SampleConfig
 from timestep_lab.data import to_float, to_uint8
-from timestep_lab.diffusion import GaussianDiffusion
 from timestep_lab.io import atomic_path
 from timestep_lab.predictions import MixedPrediction, Prediction
 from timestep_lab.samples_file import load_samples, save_samples
+from timestep_lab.solvers import make_solver, respaced_timesteps
 
 __all__ = ["StackedGenerator", "respaced_timesteps", "Denoiser", "reverse_loop", "sample_images",
            "GroundTruth", "save_grid", "save_samples", "load_samples", "generate"]
@@ -66,18 +59,6 @@ class StackedGenerator:
         return out.to(to, non_blocking=True)
 
 
-def respaced_timesteps(T: int, steps: int | None) -> Tensor:
-    """``steps`` evenly spaced original timesteps in ``[0, T-1]`` (all T when ``steps`` is None),
-    increasing, always including 0 and T-1."""
-    if steps is None or steps >= T:
-        return torch.arange(T)
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
-    if steps == 1:
-        return torch.tensor([T - 1])
-    return torch.unique(torch.round(torch.linspace(0, T - 1, steps, dtype=torch.float64)).long())
-
-
 @dataclass
 class Denoiser:
     """The network plus its prediction type: ``(x_t, t) -> (x0_hat, eps_hat)``, ``t`` original
@@ -85,7 +66,7 @@ class Denoiser:
 
     model: nn.Module
     prediction: Prediction
-    diffusion: GaussianDiffusion
+    diffusion: Any  # GaussianDiffusion or RectifiedFlow
     clip_x0: bool = True
     autocast: Callable[[], Any] | None = None
 
@@ -113,45 +94,21 @@ class GroundTruth:
 
 
 @torch.no_grad()
-def reverse_loop(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: GaussianDiffusion,
+def reverse_loop(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: Any,
                  noise: StackedGenerator, shape: tuple[int, ...], *, method: str = "ddpm", steps: int | None = None,
                  eta: float = 1.0, gt: GroundTruth | None = None, device: torch.device | str = "cpu",
                  on_step: Callable[[int], None] | None = None) -> Tensor:
-    """Run the reverse process for one batch; returns x_0 as float ``[B, *shape]`` in about [-1, 1].
-
-    ``noise`` supplies the initial x_T and every step's noise, per sample.
-    """
-    if method not in ("ddpm", "ddim"):
-        raise ValueError(f"method must be ddpm or ddim, got {method!r}")
-    device = torch.device(device)
-    used = respaced_timesteps(diffusion.T, steps)
-    ab = diffusion.alpha_bar[used]
-    sub = GaussianDiffusion(ab, diffusion.variance)  # the respaced process, indices 0..len(used)-1
-    x = noise.randn(shape, to=device)
-    B = x.shape[0]
-    for i in reversed(range(len(used))):
-        t_orig = torch.full((B,), int(used[i]), device=device, dtype=torch.long)
-        x0_hat, eps_hat = denoise(x, t_orig)
-        if gt is not None and gt.lo <= int(used[i]) <= gt.hi:
-            x0_hat = gt.x0.to(device)
-            eps_hat = diffusion.eps_from_x0(x, t_orig, x0_hat)
-        s = torch.full((B,), i, device=device, dtype=torch.long)
-        z = noise.randn(shape, to=device) if i > 0 else None
-        if method == "ddpm":
-            mean, logvar = sub.p_mean_logvar(x0_hat, x, s)
-            x = mean if z is None else mean + torch.exp(0.5 * logvar) * z
-        else:
-            a, a_prev = float(ab[i]), float(ab[i - 1]) if i > 0 else 1.0
-            sigma = eta * ((1 - a_prev) / (1 - a)) ** 0.5 * (1 - a / a_prev) ** 0.5
-            x = a_prev**0.5 * x0_hat + max(1 - a_prev - sigma**2, 0.0) ** 0.5 * eps_hat
-            if z is not None and sigma > 0:
-                x = x + sigma * z
-        if on_step is not None:
-            on_step(i)
-    return x
+    """Run the reverse sampler ``method`` (:mod:`timestep_lab.solvers`) for one batch; returns x_0 as
+    float ``[B, *shape]`` in about [-1, 1]. ``noise`` supplies the initial x_T and every step's noise,
+    per sample."""
+    solver = make_solver(method)
+    if diffusion.kind not in solver.kinds:
+        raise ValueError(f"reverse sampler {method!r} does not apply to a {diffusion.kind} process "
+                         f"(it applies to {', '.join(solver.kinds)})")
+    return solver.run(denoise, diffusion, noise, shape, steps=steps, eta=eta, gt=gt, device=device, on_step=on_step)
 
 
-def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: GaussianDiffusion, *,
+def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: Any, *,
                   image_shape: tuple[int, int, int], seeds: list[int], method: str = "ddpm", steps: int | None = None,
                   eta: float = 1.0, batch_size: int = 500, device: torch.device | str = "cpu",
                   gt_images: Tensor | None = None, gt_range: tuple[int, int] | None = None,
@@ -162,7 +119,7 @@ def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], di
     :param gt_images: float ``[N, C, H, W]`` true x0 (one per seed) for ground-truth replacement
         inside ``gt_range``.
     """
-    n_steps = len(respaced_timesteps(diffusion.T, steps))
+    n_steps = make_solver(method).num_steps(diffusion, steps)
     bar = None
     if progress:
         from tqdm.auto import tqdm  # only when a progress bar is asked for: keeps `import sampling` fast
@@ -219,6 +176,7 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
     device = torch.device(device)
     loaded = load_for_inference(model_path, fmt, use_ema=cfg.use_ema, device=device, mixed_inference=mixed_inference)
     diffusion, prediction, meta = loaded.diffusion, loaded.prediction, loaded.info
+    solver = make_solver(cfg.method)
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else None
     denoise = Denoiser(loaded.net, prediction, diffusion, clip_x0=cfg.clip_x0, autocast=autocast)
     n = cfg.num_samples
@@ -235,7 +193,8 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
     info = {
         "model": str(model_path), "model_sha256": meta["sha256"], "model_format": fmt, "nimg": meta.get("nimg"),
         "status": meta.get("status", "ok"), "method": cfg.method,
-        "steps": len(respaced_timesteps(diffusion.T, cfg.steps)), "num_timesteps": diffusion.T,
+        "steps": solver.num_steps(diffusion, cfg.steps), "evaluations": solver.evaluations(diffusion, cfg.steps),
+        "num_timesteps": diffusion.T, "process": diffusion.kind,
         "eta": cfg.eta if cfg.method == "ddim" else None, "use_ema": meta.get("use_ema"), "clip_x0": cfg.clip_x0,
         "seed_range": [cfg.seed_base, cfg.seed_base + n - 1], "num_samples": n,
         "prediction": meta.get("prediction"), "gt_range": list(gt_range) if gt_range else None,

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from timestep_lab.claims import CLAIMS, CONSTANT_BASE, UNIFORM, Claim
+from timestep_lab.claims import CLAIMS, CONSTANT_BASE, FLOW_BASELINE, FLOW_GROUP, UNIFORM, Claim
 from timestep_lab.family import ALPHA, judge_family
 from timestep_lab.stats import Speedup, holm, paired, speedup, verdict
 
@@ -50,6 +50,7 @@ GROUP_BASELINES: dict[str, tuple[dict[str, Any], str | None]] = {
     "prediction_types": ({"prediction": "eps"}, None),
     "batch_size": ({"batch_size": "{base}"}, None),
     "consistency": (CONSTANT_BASE, None),
+    FLOW_GROUP: (FLOW_BASELINE, None),
 }
 
 #: Convergence claims are judged only when the baseline's FID fell by less than this fraction

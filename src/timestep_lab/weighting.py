@@ -5,9 +5,11 @@ weight that multiplies the per-sample loss of a sample at timestep t, *in the lo
 prediction type* (``eps``, ``x0`` or ``v``; ``mixed`` trains in x0 space).
 
 Weightings defined on the eps-MSE are converted exactly to the prediction's own loss space,
-using ``||x0_hat - x0||^2 = ||eps_hat - eps||^2 / SNR`` and ``||v_hat - v||^2 = ||eps_hat - eps||^2 / ab``:
+using ``||x0_hat - x0||^2 = ||eps_hat - eps||^2 / SNR`` and ``||v_hat - v||^2 = ||eps_hat - eps||^2 / c_v``
+with the process' ``v_scale`` ``c_v`` (``ab`` for the Gaussian process' v, ``(1 - sigma)^2`` for the
+rectified flow's velocity ``eps - x0``; default ``ab``):
 
-    w_x0 = w_eps * SNR,     w_v = w_eps * ab = w_eps * SNR / (SNR + 1)
+    w_x0 = w_eps * SNR,     w_v = w_eps * c_v      (Gaussian: w_eps * ab = w_eps * SNR / (SNR + 1))
 
 =========  ==========================================================================  =======
 name       definition                                                                  space
@@ -21,17 +23,23 @@ min_snr    eps: min(SNR, gamma)/SNR  (x0: min(SNR, gamma), v: min(SNR, gamma)/(S
 p2         1 / (k + SNR)^gamma   (Choi et al. 2022, k = 1, gamma = 1)                  eps
 edm        (sigma^2 + sigma_data^2) / (sigma sigma_data)^2, sigma = sqrt((1-ab)/ab)   x0
            (Karras et al. 2022, sigma_data = 0.5), converted: w_eps = w_x0 / SNR
+density    T p(t), p the pmf of a fixed timestep sampler (``sampler: {name, params}``):  native
+           "density as weight", uniform t with E_uniform[w L] = E_p[L] (arXiv 2407.03297's
+           comparison; diffusers' ``cosmap`` is ``density`` of SD3's cosmap density)
 =========  ==========================================================================  =======
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor
 
 from timestep_lab.registry import NoParams, Registry, check_range
+from timestep_lab.timesteps import SAMPLERS
+from timestep_lab.timesteps.compose import check_spec
 
 __all__ = ["WEIGHTINGS", "make_weighting", "Weighting", "finite_difference"]
 
@@ -50,10 +58,11 @@ class Weighting:
 
     space = "native"
 
-    def __init__(self, params: object, *, alpha_bar: Tensor, prediction: str = "eps"):
+    def __init__(self, params: object, *, alpha_bar: Tensor, prediction: str = "eps", v_scale: Tensor | None = None):
         self.p = params
         self.alpha_bar = alpha_bar.double()
         self.snr = self.alpha_bar / (1.0 - self.alpha_bar)
+        self.v_scale = self.alpha_bar if v_scale is None else v_scale.double()
         self.prediction_space = {"mixed": "x0"}.get(prediction, prediction)
         self._weights = self._convert(self.formula()).float()
 
@@ -64,7 +73,7 @@ class Weighting:
         if self.space == "native" or self.space == self.prediction_space:
             return w
         w_eps = w if self.space == "eps" else w / self.snr  # only eps and x0 formulas exist
-        return {"eps": w_eps, "x0": w_eps * self.snr, "v": w_eps * self.alpha_bar}[self.prediction_space]
+        return {"eps": w_eps, "x0": w_eps * self.snr, "v": w_eps * self.v_scale}[self.prediction_space]
 
     def weights(self) -> Tensor:
         """``[T]`` float32 weights."""
@@ -92,12 +101,13 @@ class SpeedWeightParams:
 
 @WEIGHTINGS.register("speed", SpeedWeightParams)
 class SpeedWeighting(Weighting):
-    def __init__(self, params: SpeedWeightParams, *, alpha_bar: Tensor, prediction: str = "eps"):
+    def __init__(self, params: SpeedWeightParams, *, alpha_bar: Tensor, prediction: str = "eps",
+                 v_scale: Tensor | None = None):
         T = alpha_bar.numel()
         self.tau = round(0.7 * T) if params.tau is None else params.tau
         if self.tau > T:
             raise ValueError(f"tau must be <= T={T}, got {self.tau}")
-        super().__init__(params, alpha_bar=alpha_bar, prediction=prediction)
+        super().__init__(params, alpha_bar=alpha_bar, prediction=prediction, v_scale=v_scale)
 
     def formula(self) -> Tensor:
         g = finite_difference(1.0 - self.alpha_bar)
@@ -159,6 +169,35 @@ class EdmWeighting(Weighting):
         return (sigma2 + sd2) / (sigma2 * sd2)
 
 
-def make_weighting(name: str, alpha_bar: Tensor, prediction: str = "eps", **params) -> Weighting:
-    """Build a weighting by name; ``params`` are checked against its parameter dataclass."""
-    return WEIGHTINGS.build(name, params, alpha_bar=alpha_bar, prediction=prediction)
+@dataclass(frozen=True)
+class DensityParams:
+    """``sampler``: ``{name, params}`` of a fixed-density timestep sampler whose pmf becomes the weight."""
+
+    sampler: Mapping[str, Any] = field(default_factory=lambda: {"name": "logit_normal"})
+
+    def __post_init__(self) -> None:
+        check_spec("sampler", self.sampler)
+
+
+@WEIGHTINGS.register("density", DensityParams)
+class DensityWeighting(Weighting):
+    """``w(t) = T p(t)``: uniform timesteps weighted by a sampler's density over the uniform one, so
+    ``E_{t ~ U}[w(t) L(t)] = sum_t p(t) L(t) = E_{t ~ p}[L(t)]``: the same expected objective as
+    drawing t from p (arXiv 2407.03297, Sec. 2: importance sampling vs loss weighting). The pmf is
+    the sampler's exact ``probs()`` (the bin average of its density); the sampler must not learn."""
+
+    def formula(self) -> Tensor:
+        spec = self.p.sampler
+        sampler = SAMPLERS.build(spec["name"], spec.get("params"), num_timesteps=self.alpha_bar.numel(),
+                                 alpha_bar=self.alpha_bar)
+        if sampler.stateful:
+            raise ValueError(f"sampler: {spec['name']} learns during training; density as weight needs a fixed p(t)")
+        p = sampler.probs().double()
+        return p.numel() * p / p.sum()
+
+
+def make_weighting(name: str, alpha_bar: Tensor, prediction: str = "eps", v_scale: Tensor | None = None,
+                   **params) -> Weighting:
+    """Build a weighting by name; ``params`` are checked against its parameter dataclass.
+    ``v_scale`` converts eps-space formulas to the v loss space (default ``alpha_bar``, module docstring)."""
+    return WEIGHTINGS.build(name, params, alpha_bar=alpha_bar, prediction=prediction, v_scale=v_scale)

@@ -162,8 +162,10 @@ def weights_arg():
     return W.opt("--weights", feature_weights())
 
 
-def eval_sample_overrides(num_samples):
-    s = config["evaluation"]["sample"]
+def eval_sample_overrides(num_samples, run="reference"):
+    """``--set sample.*`` of the scoring protocol for ``run``: ``evaluation.sample``, with
+    ``evaluation.sample_by_kind`` for its process (a flow run is scored with its ODE solver)."""
+    s = W.eval_sample(config["evaluation"], RUNS[run].config if run in RUNS else {})
     sets = [f"sample.num_samples={num_samples}"]
     sets += [f"sample.{k}={'null' if v is None else v}" for k, v in s.items()]
     return [arg for x in sets for arg in ("--set", x)]

@@ -93,7 +93,7 @@ rule sample_score:
     params:
         model=lambda wc: model_path(wc.run),
         weights=weights_arg(),
-        sets=eval_sample_overrides(config["evaluation"]["num_samples"]),
+        sets=lambda wc: eval_sample_overrides(config["evaluation"]["num_samples"], wc.run),
     log:
         f"{LOGS}/sample_score/{{run}}.log",
     benchmark:
@@ -119,7 +119,7 @@ rule evaluate_progress:
         f"{RES}/runs/{{run}}/fid_progress.json",
     params:
         weights=weights_arg(),
-        sets=eval_sample_overrides(config["evaluation"]["progress_num_samples"]),
+        sets=lambda wc: eval_sample_overrides(config["evaluation"]["progress_num_samples"], wc.run),
         events=lambda wc: f"{LOGS}/tensorboard/{wc.run}",  # beside the run's training curves
     log:
         f"{LOGS}/evaluate_progress/{{run}}.log",

@@ -32,6 +32,10 @@ REPORTS_INPUTS = {
         consistency=f"{RES}/analyses/consistency.json", metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv",
         verdicts=VERDICTS,
     ),
+    "flow_matching": dict(
+        metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv", verdicts=VERDICTS,
+        run_configs=expand(f"{RES}/runs/{{run}}/run.yaml", run=group_runs("flow_matching")),
+    ),
 }
 REPORT_NAMES = list(REPORTS_INPUTS)
 

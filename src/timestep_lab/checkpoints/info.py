@@ -29,7 +29,7 @@ class LoadedModel:
     prediction type, and ``info`` (image_size, channels, nimg, format, sha256, ...)."""
 
     net: nn.Module
-    diffusion: GaussianDiffusion
+    diffusion: GaussianDiffusion  # or a RectifiedFlow (diffusion.kind: flow; our own files only)
     prediction: Prediction
     info: dict[str, Any]
 

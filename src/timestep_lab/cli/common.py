@@ -119,14 +119,20 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
             leaf = key.rsplit(".", 1)[-1]
             hint = f" (did you mean sample.{leaf}?)" if leaf in {f.name for f in fields(SampleConfig)} else ""
             raise ConfigError(f"--set {o}: sampling takes only sample.* overrides; '{key}' is not used here{hint}")
-    data = {}
+    data, kind = {}, "gaussian"  # pretrained formats are Gaussian diffusions
     if fmt == "timestep_lab":
         obj = load_torch(model)
-        data = dict(obj.get("config", {}).get("sample", {}) or {}) if isinstance(obj, dict) else {}
+        embedded = obj.get("config", {}) if isinstance(obj, dict) else {}
+        data = dict(embedded.get("sample", {}) or {})
+        kind = (embedded.get("diffusion") or {}).get("kind", "gaussian")
     if config:
         data.update(load_yaml(config).get("sample", {}) or {})
     data = apply_overrides({"sample": data}, overrides)["sample"]
-    return config_from_dict(data, f"{model} sample settings", SampleConfig)
+    cfg = config_from_dict(data, f"{model} sample settings", SampleConfig)
+    from timestep_lab.components import check_method  # imports torch: kept out of start-up (module docstring)
+
+    check_method(cfg.method, kind, f"{model} sample settings")
+    return cfg
 
 
 # ------------------------------------------------------------------------------- torch

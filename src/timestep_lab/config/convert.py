@@ -104,7 +104,7 @@ def dataclass_from_mapping(cls: type, data: Mapping[str, Any], source: str, pref
     except ValueError as exc:
         # __post_init__ checks raise "batch_size must be > 0, got 0": name the full key
         msg = str(exc)
-        first = msg.split(" ", 1)[0]
+        first = msg.split(" ", 1)[0].rstrip(":").split(".")[0]  # "lam", or "base" of "base.params.m" (nested)
         if first in names:
             raise ConfigError(f"{source}: {prefix}{msg}") from None
         where = f"{prefix.rstrip('.')}: " if prefix else ""

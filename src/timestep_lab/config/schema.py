@@ -104,11 +104,15 @@ class ModelConfig:
 class DiffusionConfig:
     """The forward process and what the network predicts.
 
-    ``schedule``: linear | cosine | quad | scaled_linear. ``prediction``: eps | x0 | v | mixed.
+    ``kind``: gaussian | flow (the process registry, :mod:`timestep_lab.processes`; the flow is
+    SD3's rectified flow on the same grid of ``num_timesteps`` and ignores ``schedule``,
+    ``schedule_params`` and ``variance``). ``schedule``: linear | cosine | quad | scaled_linear.
+    ``prediction``: eps | x0 | v | mixed (``v`` under the flow is its velocity ``eps - x0``).
     ``variance``: the fixed reverse variance, ``fixed_large`` (beta_t) or ``fixed_small``
     (posterior variance).
     """
 
+    kind: str = "gaussian"
     schedule: str = "linear"
     schedule_params: Mapping[str, Any] = field(default_factory=dict)
     num_timesteps: int = 1000
@@ -197,8 +201,8 @@ class TrainConfig:
 class SampleConfig:
     """Reverse sampling: one seed per sample (``seed_base + i``), batched."""
 
-    method: str = "ddpm"  # ddpm | ddim
-    steps: int | None = None  # None: all T steps; fewer respaces the schedule
+    method: str = "ddpm"  # ddpm | ddim (diffusion.kind gaussian); euler | heun (flow)
+    steps: int | None = None  # None: all T steps; fewer respaces the schedule (ODE: sigma grid of that many points)
     eta: float = 1.0  # DDIM only; 0 is deterministic DDIM, 1 matches DDPM's variance
     num_samples: int = 1000
     seed_base: int = 0
@@ -208,7 +212,8 @@ class SampleConfig:
     grid_size: int = 100  # images in the PNG grid
 
     def __post_init__(self) -> None:
-        _require(self.method in ("ddpm", "ddim"), f"method must be ddpm or ddim, got {self.method!r}")
+        _require(self.method in ("ddpm", "ddim", "euler", "heun"),
+                 f"method must be ddpm, ddim, euler or heun, got {self.method!r}")
         _require(self.steps is None or self.steps > 0, f"steps must be > 0 or null, got {self.steps}")
         _require(self.eta >= 0, f"eta must be >= 0, got {self.eta}")
         _require(self.num_samples > 0, f"num_samples must be > 0, got {self.num_samples}")

@@ -30,12 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
+from timestep_lab.components import build_diffusion
 from timestep_lab.config import RunConfig, config_from_dict
 from timestep_lab.estimate.flops import NetworkCost, extractor_flops, network_cost
 from timestep_lab.estimate.study import REPORTS, Plan
-from timestep_lab.sampling import respaced_timesteps
+from timestep_lab.solvers import make_solver
 from timestep_lab.studies.profile import profile_timesteps
 from timestep_lab.workflow import prepared_dir
+from timestep_lab.workflow.runs import eval_sample
 
 __all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "FID_TOOLS"]
 
@@ -131,9 +133,12 @@ class _Counter:
         return network_cost(config, self.res, self.ch)
 
     def steps(self, rid: str) -> int:
-        """Network evaluations per sample: ``evaluation.sample`` over the run's own ``sample``."""
-        sample = {**(self.plan.runs[rid].config.get("sample") or {}), **self.plan.evaluation["sample"]}
-        return len(respaced_timesteps(self.cfg(rid).diffusion.num_timesteps, sample.get("steps")))
+        """Network evaluations per sample: the scoring protocol (``evaluation.sample`` and its
+        ``sample_by_kind`` for the run's process) over the run's own ``sample``; Heun takes 2n - 1."""
+        config = self.plan.runs[rid].config
+        sample = {**(config.get("sample") or {}), **eval_sample(self.plan.evaluation, config)}
+        cfg = self.cfg(rid)
+        return make_solver(sample.get("method", cfg.sample.method)).evaluations(build_diffusion(cfg), sample.get("steps"))
 
     def sampling(self, cost: RuleCost, job: str, rid: str, n: int, keep: bool) -> None:
         net, steps = self.net(rid), self.steps(rid)

@@ -36,7 +36,7 @@ DATASETS: dict[str, dict[str, Any]] = {
 
 # The eight reports of workflow/rules/report.smk (one `report` job each) plus the index.
 REPORTS = ("sampler_comparison", "schedules", "loss_profile", "slot_finetune", "batch_size",
-           "timestep_contribution", "prediction_types", "consistency")
+           "timestep_contribution", "prediction_types", "consistency", "flow_matching")
 
 
 def schema_path() -> Path | None:

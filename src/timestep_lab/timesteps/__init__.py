@@ -19,6 +19,12 @@ slot_balanced       slot uniformly, then t uniformly in it                      
 toward_zero         exp(-t / scale)                                               1
 logit_normal        floor(sigmoid(N(m, s^2)) T) (SD3)                            1
 lognormal           nearest t to ln sigma ~ N(P_mean, P_std^2) (EDM)             1
+mode                floor(f_mode(u; s) T) (SD3)                                  1
+cosmap              floor((1 - 1/(tan(pi u/2) + 1)) T) (SD3)                     1
+laplace             nearest t to log-SNR ~ Laplace(mu, b) (2407.03297)           1
+cauchy              nearest t to log-SNR ~ Cauchy(mu, gamma) (2407.03297)        1
+shift               SD3's shift s t/(1 + (s-1) t) around any ``base`` sampler    1           as base
+curriculum          ``first`` until ``switch_kimg``, then ``then`` (2603.12517)    as active   yes
 ==================  ===========================================================  ==========  ========
 
 (*) when ``unbiased`` (the default).
@@ -32,7 +38,8 @@ import torch
 
 # each module registers its sampler(s) on import
 from timestep_lab.timesteps import (  # noqa: F401
-    adaptive, clts, logit_normal, lognormal, loss_second_moment, slot_balanced, slots, speed, toward_zero, uniform,
+    adaptive, clts, compose, logit_normal, lognormal, logsnr, loss_second_moment, sd3, slot_balanced, slots, speed,
+    toward_zero, uniform,
 )
 from timestep_lab.timesteps.base import TimestepSampler
 from timestep_lab.timesteps.registry import SAMPLERS

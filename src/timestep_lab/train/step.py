@@ -6,7 +6,7 @@ Per optimizer step (global batch B = batch_gpu * rounds * world_size)::
     x0             = loader.batch(idx)                    # [B, C, H, W] in [-1, 1]
     t, w_is        = sampler.sample(B, gen.t, x0)         # timesteps, importance weights
     eps            ~ N(0, I)                              # from gen.noise
-    x_t            = sqrt(ab_t) x0 + sqrt(1 - ab_t) eps
+    x_t            = process.q_sample(x0, t, eps)         # Gaussian or rectified flow (diffusion.kind)
     l_i            = prediction.loss(f(x_t, t), ...)      # per-sample, unweighted
     L              = mean_i( w_is_i * w(t_i) * l_i )      # w: loss weighting table [T]
     grad step (clip), EMA update, sampler update(t, l)
@@ -328,7 +328,7 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
     if channels_last:
         net = net.to(memory_format=torch.channels_last)
     sampler = build_sampler(cfg, diffusion.alpha_bar, device)
-    weight_table = build_weighting(cfg, diffusion.alpha_bar).weights().to(device)
+    weight_table = build_weighting(cfg, diffusion).weights().to(device)
     optimizer = make_optimizer(net.parameters(), cfg.optim, device)
     schedule = make_schedule(cfg.optim)
     ema = EMA(net, tc.ema_halflife_kimg, tc.ema_rampup_ratio)

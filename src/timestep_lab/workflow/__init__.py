@@ -20,7 +20,7 @@ their own jobs (``from timestep_lab.workflow.collect import collect``) and are n
 from timestep_lab.timeranges import scale_range
 from timestep_lab.workflow.checked import check_run_configs
 from timestep_lab.workflow.run_yaml import write_run_config
-from timestep_lab.workflow.runs import AXES, Run, build_runs, deep_merge, prepared_dir, run_config
+from timestep_lab.workflow.runs import AXES, Run, build_runs, deep_merge, eval_sample, prepared_dir, run_config
 from timestep_lab.workflow.snakefile import launcher, opt, schema_error_summary
 from timestep_lab.workflow.study import check_spelling, contribution_ranges, reference_run, study_runs
 
@@ -31,6 +31,7 @@ __all__ = [
     "study_runs",
     "reference_run",
     "run_config",
+    "eval_sample",
     "deep_merge",
     "scale_range",
     "prepared_dir",

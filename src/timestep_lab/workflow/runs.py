@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from timestep_lab.config import ConfigError, apply_overrides
 
 __all__ = ["Run", "AXES", "build_runs", "run_config", "deep_merge", "prepared_dir", "apply_dotted", "check_overrides",
-           "default_axes", "run_id", "check_entry_spelling"]
+           "default_axes", "run_id", "check_entry_spelling", "eval_sample", "process_kind"]
 
 AXES = ("sampler", "weighting", "prediction", "batch_size", "schedule", "seed")
 ENTRY_KEYS = set(AXES) | {"id", "overrides", "init_from", "tag"}
@@ -93,12 +93,26 @@ def _slug(value: Any) -> str:
 
 
 def _override_slug(overrides: Mapping[str, Any]) -> str:
-    short = {"model.channels": "ch", "optim.lr": "lr", "optim.schedule.name": "opt", LENGTH_KEY: "kimg"}
+    # the process and its reverse sampler read as words: ..._s0_flow_euler
+    short = {"model.channels": "ch", "optim.lr": "lr", "optim.schedule.name": "opt", LENGTH_KEY: "kimg",
+             "diffusion.kind": "", "sample.method": ""}
     parts = []
     for k in sorted(overrides):
         name = short.get(k, k.split(".")[-1])
         parts.append(f"{name}{_slug(overrides[k])}")
     return "_".join(parts)
+
+
+def process_kind(config: Mapping[str, Any]) -> str:
+    """The process of a run config dict: ``diffusion.kind`` (default ``gaussian``)."""
+    return str((config.get("diffusion") or {}).get("kind", "gaussian"))
+
+
+def eval_sample(evaluation: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The reverse-sampler settings a run is scored with: ``evaluation.sample``, then the keys of
+    ``evaluation.sample_by_kind[<its diffusion.kind>]`` (the flow's ODE solver in place of DDIM)."""
+    by_kind = evaluation.get("sample_by_kind") or {}
+    return {**(evaluation.get("sample") or {}), **(by_kind.get(process_kind(config)) or {})}
 
 
 def prepared_dir(data: Mapping[str, Any], split: str) -> str:
@@ -201,6 +215,7 @@ def build_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
     Raises :class:`ConfigError` when two entries map to the same id with different configs.
     """
     runs: dict[str, Run] = {}
+    intervals: dict[str, float] = {}  # a group's own progress_every_kimg, per run (the smallest if several)
     defaults = default_axes(study)
     for gname, group in (study.get("groups") or {}).items():
         where = f"{source}: groups.{gname}"
@@ -215,6 +230,8 @@ def build_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
             rid = entry.get("id") or run_id(axes, overrides, entry.get("init_from"), entry.get("tag"))
             cfg = run_config(study, axes, overrides, where)
             progress = bool(group.get("progress", False))
+            if progress and group.get("progress_every_kimg"):
+                intervals[rid] = min(intervals.get(rid, float("inf")), float(group["progress_every_kimg"]))
             if rid in runs:
                 prev = runs[rid]
                 if prev.config != cfg or prev.init_from != entry.get("init_from"):
@@ -223,9 +240,11 @@ def build_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
                                 prev.progress or progress, prev.extra)
             else:
                 runs[rid] = Run(rid, axes, cfg, (gname,), entry.get("init_from"), progress)
-    # Snapshots only for runs whose FID is followed during training (they do not change training).
+    # Snapshots only for runs whose FID is followed during training (they do not change training),
+    # every evaluation.progress_every_kimg unless the group sets its own interval.
     every = (study.get("evaluation") or {}).get("progress_every_kimg")
     for run in runs.values():
-        if run.progress and every:
-            run.config.setdefault("train", {})["snapshot_every_kimg"] = every
+        interval = intervals.get(run.id, every)
+        if run.progress and interval:
+            run.config.setdefault("train", {})["snapshot_every_kimg"] = interval
     return runs

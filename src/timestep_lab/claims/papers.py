@@ -1,136 +1,16 @@
-"""The claims a study judges, in the sources' own words: one record per scorecard row.
-
-This module is data. Each :class:`Claim` says who claims it (:class:`Source`) and where
-(section, figure or table), quotes the source's own words, says whether it is a *finding* the
-source reports or a *hypothesis* it puts forward, states the direction it predicts, carries the
-source's numbers with their units (:class:`PaperNumber`, each saying whether it is comparable
-with what we measure and, if not, why), says whether it is a claim about *speed* (judged at any
-training length) or about *convergence* (judged only by a study trained long enough,
-docs/methods.md §9.7), and names the runs that test it. :data:`CLAIMS` lists them, in
-scorecard order; :func:`timestep_lab.verdicts.judge_claims` measures and judges them and
-``verdicts.json`` carries every field of the record (:meth:`Claim.record`) beside both verdicts.
-
-Adding a claim: append a :class:`Claim` to :data:`CLAIMS` (ids are never reused); a new source
-gets a :class:`Source`. The quote is checked against the source's text where we hold it;
-``Source.held`` says what we hold. Pure Python: no numpy, pandas or torch.
+"""The four papers' claims (docs/methods.md §9), in their own words: one :class:`Claim` per
+scorecard row, in scorecard order. Adding one: append it to :data:`PAPER_CLAIMS` (ids are never
+reused); a new source gets a :class:`Source`. The quote is checked against the source's text
+where we hold it; ``Source.held`` says what we hold.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-__all__ = ["Source", "PaperNumber", "Claim", "CLAIMS", "STATUSES", "JUDGED_AT", "NUMBER_KINDS", "claim_by_id"]
+from timestep_lab.claims.record import Claim, PaperNumber, Source
 
-#: What a claim is in its source: something it reports having observed, or something it proposes.
-STATUSES = ("finding", "hypothesis")
-#: When a claim can be judged: "any length" (speed: which arm is ahead at equal images seen) or
-#: "convergence" (the converged model; only in a study whose baseline has stopped improving).
-JUDGED_AT = ("any length", "convergence")
-#: Kinds of published numbers: a training speed-up (x), a pair of FIDs (baseline -> method), slot ranges.
-NUMBER_KINDS = ("speedup", "fid_pair", "slots")
-
-
-@dataclass(frozen=True)
-class Source:
-    """Who makes a claim. ``ref``: arXiv id or address; ``held``: what of its text we hold."""
-
-    key: str
-    cite: str
-    ref: str
-    title: str
-    held: str
-
-    @property
-    def label(self) -> str:
-        """``"SpeeD (2405.17403)"``: the scorecard's paper column."""
-        return f"{self.cite} ({self.ref.removeprefix('arXiv ')})"
-
-
-@dataclass(frozen=True)
-class PaperNumber:
-    """A number a source publishes for a claim, with its unit and setting.
-
-    ``kind`` "speedup": ``low``..``high`` (equal for a single number) in ``unit`` (x: training
-    images the baseline needs over those the method needs to reach the same FID); "fid_pair":
-    ``baseline`` -> ``method`` FIDs; "slots": a table. ``text`` is how the source writes it.
-    ``not_comparable`` is empty when our measurement answers the same question in the same unit,
-    else the reason it cannot be set against ours (the size verdict prints it).
-    """
-
-    kind: str
-    text: str
-    unit: str
-    setting: str
-    where: str
-    source: str
-    low: float | None = None
-    high: float | None = None
-    baseline: float | None = None
-    method: float | None = None
-    not_comparable: str = ""
-
-    def __post_init__(self) -> None:
-        if self.kind not in NUMBER_KINDS:
-            raise ValueError(f"PaperNumber.kind must be one of {NUMBER_KINDS}, got {self.kind!r}")
-        if self.kind == "speedup" and not self.not_comparable and (self.low is None or self.high is None):
-            raise ValueError(f"a comparable speed-up needs low and high: {self.text!r}")
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One claim and how a study tests it.
-
-    Record: ``source``, ``where`` (section, figure or table), ``quote`` (the source's words),
-    ``status`` (:data:`STATUSES`), ``statement`` (what we test, in one line), ``direction`` (the
-    predicted sign in words), ``numbers`` (:class:`PaperNumber`; the first comparable one is what
-    the size verdict judges), ``judged_at`` (:data:`JUDGED_AT`), ``note``.
-
-    Test: ``kind="fid"``: the final-FID difference ``arm - baseline`` in ``group`` should have
-    sign ``expected_sign`` (-1: the arm reaches a lower FID); ``arm``/``baseline`` select arms by
-    run axes (:func:`timestep_lab.verdicts.select_arm`). ``kind="analysis"``: the effect of the
-    analysis ``analysis`` (``{"diff", "ci_low", "ci_high", "p", "sd", "n"}``). ``needs``: what a
-    study must run to test it ("not run" prints it).
-    """
-
-    id: str
-    source: Source
-    where: str
-    quote: str
-    status: str
-    statement: str
-    direction: str
-    expected_sign: int
-    needs: str
-    kind: str = "fid"
-    group: str = ""
-    arm: Mapping[str, Any] = field(default_factory=dict)
-    baseline: Mapping[str, Any] = field(default_factory=dict)
-    analysis: str = ""
-    judged_at: str = "any length"
-    numbers: tuple[PaperNumber, ...] = ()
-    note: str = ""
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"claim {self.id}: status must be one of {STATUSES}, got {self.status!r}")
-        if self.judged_at not in JUDGED_AT:
-            raise ValueError(f"claim {self.id}: judged_at must be one of {JUDGED_AT}, got {self.judged_at!r}")
-        if self.expected_sign not in (-1, 1) or self.kind not in ("fid", "analysis"):
-            raise ValueError(f"claim {self.id}: expected_sign -1/+1 and kind fid/analysis")
-
-    @property
-    def paper(self) -> str:
-        return self.source.label
-
-    def record(self) -> dict[str, Any]:
-        """Every field, JSON-ready: what ``verdicts.json`` carries for the claim (docs/design.md)."""
-        out = asdict(self)
-        out["source"] = {**asdict(self.source), "label": self.source.label}
-        out["arm"], out["baseline"] = dict(self.arm), dict(self.baseline)
-        out["numbers"] = [asdict(n) for n in self.numbers]
-        return out
-
+__all__ = ["PAPER_CLAIMS", "SEED", "SPEED", "ANTS", "CLTS", "UNIFORM", "CONSTANT_BASE"]
 
 SEED = Source("seed", "Xie & Agam 2025", "arXiv 2502.01990", "Rethinking Timesteps Samplers and Prediction Types",
               "full text")
@@ -166,7 +46,7 @@ _SPEED_3X = PaperNumber("speedup", "3x", "x (training images to reach the baseli
 _CLTS_SPEEDUP = PaperNumber("speedup", "2x to 2.6x", "x (training speed-up)", "CIFAR-10 and ImageNet-128",
                             "paper body (not in the abstract we hold)", "docs/methods.md §5", low=2.0, high=2.6)
 
-CLAIMS: tuple[Claim, ...] = (
+PAPER_CLAIMS: tuple[Claim, ...] = (
     _sampler("speed_faster", SPEED, "speed", "speed", where="Abstract", status="finding",
              quote="SpeeD consistently achieves 3× acceleration across various diffusion architectures, datasets, "
                    "and tasks",
@@ -277,14 +157,3 @@ CLAIMS: tuple[Claim, ...] = (
                                "Table 1", "the seed paper's text",
                                not_comparable="our slots come from our own reference model's loss profile"),)),
 )
-
-
-def claim_by_id(claim_id: str) -> Claim:
-    """The claim with id ``claim_id`` (KeyError naming the known ids otherwise)."""
-    for c in CLAIMS:
-        if c.id == claim_id:
-            return c
-    raise KeyError(f"no claim {claim_id!r}; known: {', '.join(c.id for c in CLAIMS)}")
-
-
-assert len({c.id for c in CLAIMS}) == len(CLAIMS), "claim ids must be unique"
