@@ -30,7 +30,7 @@ Training reads a prepared folder with :class:`PreparedData` and draws batches wi
 Every error names the file it is about.
 """
 
-from timestep_lab.data import cifar10, digits, folders  # noqa: F401 - register the preparers
+from timestep_lab.data import cifar10, digits, folders, mnist5k  # noqa: F401 - register the preparers
 from timestep_lab.data.folders import center_crop_arr
 from timestep_lab.data.loader import IndexStream, Loader
 from timestep_lab.data.prepare import prepare
