@@ -17,14 +17,16 @@ Registry :data:`FEATURE_NETS` (one entry per extractor, chosen by ``evaluation.e
                 28x28 zero-padded to 32x32), label "FID (mnist-cnn features)"::
 
                     x / 127.5 - 1
-                    conv3x3(1->16) ReLU maxpool2                             # 16x16
-                    conv3x3(16->32) ReLU maxpool2                            # 8x8
-                    conv3x3(32->64) ReLU maxpool2                            # 4x4
+                    conv3x3(1->16) BN ReLU maxpool2                          # 16x16
+                    conv3x3(16->32) BN ReLU maxpool2                         # 8x8
+                    conv3x3(32->64) BN ReLU maxpool2                         # 4x4
                     flatten(1024)  linear(1024->128)                         # = features [B, 128]
                     ReLU  dropout(0.3)  linear(128->10)                      # = logits
 
-                Trained 15 epochs, batch 64, Adam lr 2e-3, random shifts of up to 2 pixels
-                (the 2-pixel zero border keeps every digit inside the image).
+                BN: batch norm, its running statistics in use once trained (features do not
+                depend on the other images of a batch). Trained 15 epochs, batch 64, Adam lr
+                2e-3, random shifts of up to 2 pixels (the 2-pixel zero border keeps every digit
+                inside the image): 98.5% (985 of the 1,000 test images) with seed 0, ~40 CPU-s.
 
 The features are the pre-activation of the wide linear layer, so no unit is dead and the
 feature covariance of a few hundred images is full rank. Neither is Inception FID, and the
@@ -118,9 +120,9 @@ class MnistCNN(FeatureCNN):
     def __init__(self, feature_dim: int = 128, num_classes: int = 10):
         super().__init__(feature_dim, num_classes)
         self.body = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(64 * 4 * 4, feature_dim),
         )
         self.head = nn.Sequential(nn.ReLU(), nn.Dropout(0.3), nn.Linear(feature_dim, num_classes))
