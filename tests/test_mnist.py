@@ -191,9 +191,16 @@ def test_mnist_cnn_weights_record_their_hash_data_and_accuracy(mnist_path):
     assert meta["test_data"]["images_sha256"] == PreparedData(mnist_path["test"]).manifest["images_sha256"]
     test = PreparedData(mnist_path["test"])
     pred = net(torch.from_numpy(np.array(test.images)).permute(0, 3, 1, 2)).argmax(1).numpy()
-    assert (pred == test.labels).mean() == pytest.approx(meta["accuracy"]) and meta["train_cpu_s"] > 0
+    assert (pred == test.labels).mean() == pytest.approx(meta["accuracy"]) and side["train_cpu_s"] > 0
     with pytest.raises(ArtifactError, match="holds the mnist-cnn extractor"):
         load_feature_net(weights, expect="digits-cnn")
+
+
+def test_mnist_cnn_retrained_gives_the_same_bytes(mnist_path, tmp_path):
+    again = tmp_path / "again.pt"
+    assert main(["train-features", "--extractor", "mnist-cnn", "--data", str(mnist_path["train"]),
+                 "--test-data", str(mnist_path["test"]), "--out", str(again), "--epochs", "1"]) == 0
+    assert sha256_file(again) == sha256_file(mnist_path["weights"])
 
 
 def test_mnist_samples_are_scored_in_mnist_cnn_features(mnist_path):

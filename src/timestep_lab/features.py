@@ -46,10 +46,12 @@ Weights file (``torch.load(..., weights_only=True)``-loadable dict)::
     state_dict    the network's tensors
     accuracy      held-out accuracy on the test split (train_accuracy too)
     train_data / test_data   {"path", "images_sha256", "labels_sha256", "count", ...}
-    seed, epochs, batch_size, lr, max_shift, train_cpu_s, torch_version
+    seed, epochs, batch_size, lr, max_shift, torch_version
 
 and a sidecar ``<weights>.json`` with the sha256 of the weights file itself (a file cannot
-hold its own hash). Every metrics file records the sha256 of the weights it used.
+hold its own hash), the same metadata and ``train_cpu_s``, the CPU time of training (kept out of
+the weights file, whose bytes depend only on the data, the recipe and the seed). Every metrics
+file records the sha256 of the weights it used.
 
 The metric libraries' adapters for these networks are in :mod:`timestep_lab.metrics.extractors`.
 Must not know: FID/KID, reference statistics or the metric libraries.
@@ -213,6 +215,7 @@ class TrainedFeatures:
     accuracy: float
     num_test: int
     meta: dict[str, Any]
+    train_cpu_s: float
 
 
 def _data_record(data) -> dict[str, Any]:
@@ -287,13 +290,14 @@ def train_feature_net(name: str, train_dir: str | Path, test_dir: str | Path, ou
         "num_classes": num_classes, "image_shape": list(spec.image_shape), "accuracy": acc, "train_accuracy": train_acc,
         "num_test": len(test), "train_data": _data_record(train), "test_data": _data_record(test),
         "seed": seed, "epochs": epochs, "batch_size": batch_size, "lr": lr, "max_shift": spec.max_shift,
-        "train_cpu_s": round(train_cpu_s, 2), "torch_version": str(torch.__version__),
+        "torch_version": str(torch.__version__),
     }
     out = Path(out)
     save_torch({**meta, "state_dict": {k: v.detach().clone() for k, v in net.state_dict().items()}}, out)
     digest = sha256_file(out)
-    atomic_write_json(sidecar_path(out), {"file": out.name, "sha256": digest, **meta})
-    return TrainedFeatures(out, digest, acc, len(test), meta)
+    atomic_write_json(sidecar_path(out), {"file": out.name, "sha256": digest, **meta,
+                                          "train_cpu_s": round(train_cpu_s, 2)})
+    return TrainedFeatures(out, digest, acc, len(test), meta, train_cpu_s)
 
 
 def load_feature_net(path: str | Path, device: Any = "cpu", *,

@@ -63,7 +63,7 @@ def cmd_train_features(args: argparse.Namespace) -> int:
     res = train_feature_net(args.extractor, args.data, args.test_data, args.out, seed=args.seed, epochs=args.epochs,
                             threads=args.threads or 1)
     print(f"held-out accuracy: {res.accuracy:.4f} ({round(res.accuracy * res.num_test)}/{res.num_test}); "
-          f"training took {res.meta['train_cpu_s']:.1f} CPU-s")
+          f"training took {res.train_cpu_s:.1f} CPU-s")
     log.info("%s -> %s (sha256 %s, sidecar %s)", args.extractor, res.path, res.sha256, sidecar_path(res.path))
     return 0
 
