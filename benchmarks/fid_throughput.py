@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from timestep_lab.config import EvalConfig
     from timestep_lab.data import PreparedData, prepare
-    from timestep_lab.features import train_digits_cnn
+    from timestep_lab.features import train_feature_net
     from timestep_lab.metrics import compute_reference, evaluate_samples, load_feature_extractor
 
     work = Path(tempfile.mkdtemp(prefix="fid-bench-"))
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     weights = args.weights
     if weights is None:
         test = args.test_data or prepare("digits", None, work / "digits-test", split="test")
-        weights = train_digits_cnn(data, test, work / "digits_cnn.pt", epochs=1 if args.quick else 30).path
+        weights = train_feature_net("digits-cnn", data, test, work / "digits_cnn.pt", epochs=1 if args.quick else 30).path
     train = np.array(PreparedData(data).images)
     spec = load_feature_extractor("digits-cnn", weights)
     ref_file = work / "ref.npz"

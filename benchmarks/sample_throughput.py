@@ -39,6 +39,8 @@ from timestep_lab.sampling import Denoiser, sample_images  # noqa: E402
 MODELS = {  # name -> (model overrides, image size, channels); as in benchmarks/train_step.py
     "digits": (["model.channels=16", "model.channel_mult=[1,2]", "model.num_res_blocks=1", "model.norm_groups=8"],
                8, 1),
+    "mnist": (["model.channels=16", "model.channel_mult=[1,2,2]", "model.num_res_blocks=1", "model.norm_groups=8"],
+              32, 1),
     "cifar10": (["model.channels=128", "model.channel_mult=[1,2,2,2]", "model.num_res_blocks=2",
                  "model.attention_resolutions=[16]", "model.dropout=0.1", "model.norm_groups=32"], 32, 3),
 }

@@ -59,6 +59,9 @@ MODELS = {
     # the default digits model (config/config.yaml): ~0.16M parameters, 8x8 grey
     "digits": (["model.channels=16", "model.channel_mult=[1,2]", "model.num_res_blocks=1", "model.norm_groups=8"],
                8, 1, False, 2048),
+    # the MNIST model (config/mnist.yaml): ~0.27M parameters, three resolutions, 32x32 grey
+    "mnist": (["model.channels=16", "model.channel_mult=[1,2,2]", "model.num_res_blocks=1", "model.norm_groups=8"],
+              32, 1, False, 4000),
     # DDPM's CIFAR-10 UNet (config/cifar10.yaml): 35.7M parameters, 32x32 RGB, random flips
     "cifar10": (["model.channels=128", "model.channel_mult=[1,2,2,2]", "model.num_res_blocks=2",
                  "model.attention_resolutions=[16]", "model.dropout=0.1", "model.norm_groups=32"],

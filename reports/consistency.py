@@ -54,8 +54,8 @@ for p in res["pairs"]:
                     "feature ratio": p["feature"]["ratio"]})
     rows.append(row)
 table = pd.DataFrame(rows)
-display(Markdown("RMS pixel distance in [0, 1] units (and in digits-CNN feature space); ratio = paired / unpaired, "
-                 "lower means more consistent."))
+space = f" (and Euclidean distance in {res['feature_extractor']} feature space)" if res.get("feature_extractor") else ""
+display(Markdown(f"RMS pixel distance in [0, 1] units{space}; ratio = paired / unpaired, lower means more consistent."))
 display(table.style.format({c: "{:.3f}" for c in table.columns if c not in ("a", "b")}))
 
 # %%

@@ -15,7 +15,7 @@ import torch
 from timestep_lab.cli import main
 from timestep_lab.config import ConfigError, EvalConfig, config_from_dict
 from timestep_lab.data import PreparedData
-from timestep_lab.features import load_digits_cnn, sidecar_path
+from timestep_lab.features import load_feature_net, sidecar_path
 from timestep_lab.io import load_torch, save_torch, sha256_file
 from timestep_lab.metrics import extractors as metrics  # the module whose weight caches the tests patch
 from timestep_lab.metrics import (
@@ -98,7 +98,7 @@ def test_digits_cnn_reaches_95_percent_held_out_and_records_its_hash(digits_cnn,
     obj = load_torch(digits_cnn)  # weights_only=True
     assert obj["arch"] == "digits-cnn-v1" and obj["feature_dim"] == 64 and obj["num_test"] == 359
     assert obj["accuracy"] >= 0.95, obj["accuracy"]
-    net, _ = load_digits_cnn(digits_cnn)
+    net, _ = load_feature_net(digits_cnn)
     test = PreparedData(digits_test_dir)
     pred = net(torch.from_numpy(np.array(test.images)).permute(0, 3, 1, 2)).argmax(1).numpy()
     assert (pred == test.labels).mean() == pytest.approx(obj["accuracy"])
@@ -140,7 +140,7 @@ def test_fid_and_kid_of_a_set_against_itself_are_zero(digits_ref, digits_dir):
 def test_both_tools_agree_with_our_frechet_distance_on_digits_features(digits_ref, digits_cnn, digits_test_dir):
     test = np.array(PreparedData(digits_test_dir).images)
     res = evaluate_samples(test, digits_ref, cfg=FAST)
-    net, _ = load_digits_cnn(digits_cnn)
+    net, _ = load_feature_net(digits_cnn)
     with torch.no_grad():
         f_test = net.features(torch.from_numpy(test).permute(0, 3, 1, 2)).double().numpy()
     f_ref = load_reference(digits_ref).arrays["tf_features"].astype(np.float64)
@@ -165,9 +165,9 @@ def test_wrapper_equals_direct_library_calls(digits_ref, digits_cnn, digits_dir,
         (tmp_path / name).mkdir()
         for i, img in enumerate(imgs):
             np.save(tmp_path / name / f"{i:05d}.npy", img)
-    net, _ = load_digits_cnn(digits_cnn)
+    net, _ = load_feature_net(digits_cnn)
     score = cfid.compute_fid(str(tmp_path / "gen"), str(tmp_path / "ref"), mode="clean",
-                             custom_feat_extractor=metrics.CleanFidDigitsCNN(net), custom_fn_resize=metrics.keep_pixels,
+                             custom_feat_extractor=metrics.CleanFidTrainedCNN(net), custom_fn_resize=metrics.keep_pixels,
                              num_workers=0, batch_size=500, device=torch.device("cpu"), verbose=False)
     assert res["fid_clean_fid"] == pytest.approx(score, rel=1e-6)
 

@@ -185,7 +185,7 @@ rule consistency:
         f"{RES}/analyses/consistency.json",
     params:
         samples=[f"{r}={run_dir(r)}/samples.npz" for r in consistency_runs()],
-        weights=weights_arg() if config["evaluation"]["extractor"] == "digits-cnn" else [],
+        weights=weights_arg() if trained_extractor() else [],
     log:
         f"{LOGS}/consistency/consistency.log",
     benchmark:

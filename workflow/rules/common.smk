@@ -8,6 +8,7 @@ from snakemake.utils import validate
 
 from timestep_lab import workflow as W
 from timestep_lab.config import ConfigError
+from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
 
 
 CONFIG_SOURCE = str((workflow.overwrite_configfiles or workflow.configfiles or ["config"])[-1])
@@ -140,16 +141,21 @@ def group_runs(group):
     return [r for r, run in RUNS.items() if group in run.groups]
 
 
+def trained_extractor():
+    """Whether the study's feature extractor is a CNN trained here (digits-cnn, mnist-cnn)."""
+    return config["evaluation"]["extractor"] in TRAINED_FEATURE_EXTRACTORS
+
+
 def feature_weights():
-    """The feature extractor's weights: the digits CNN trained here, or configured Inception weights."""
-    if config["evaluation"]["extractor"] == "digits-cnn":
-        return f"{RES}/eval/digits-cnn.pt"
+    """The feature extractor's weights: the CNN trained here (rule train_features), or configured Inception weights."""
+    if trained_extractor():
+        return f"{RES}/eval/{config['evaluation']['extractor']}.pt"
     return config["evaluation"]["weights"]
 
 
 def feature_weights_input():
     w = feature_weights()
-    return [w] if config["evaluation"]["extractor"] == "digits-cnn" else external(w)
+    return [w] if trained_extractor() else external(w)
 
 
 # Every value pasted into a shell command goes through the `q` format spec (shell-quoted; a list

@@ -4,13 +4,15 @@
 
 
 rule train_features:
-    """The digits-CNN feature extractor (digits only): "FID (digits-CNN features)"."""
+    """A feature extractor trained here (digits-cnn, mnist-cnn): "FID (digits-CNN features)",
+    "FID (mnist-cnn features)". Only when evaluation.extractor names one (feature_weights())."""
     input:
         train=manifest(config["data"]["train_split"]),
         test=manifest(config["data"]["test_split"] or "test"),
     output:
-        f"{RES}/eval/digits-cnn.pt",
+        f"{RES}/eval/{config['evaluation']['extractor']}.pt",
     params:
+        extractor=config["evaluation"]["extractor"],
         train=parent_dir("train"),
         test=parent_dir("test"),
     log:
@@ -21,7 +23,8 @@ rule train_features:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab train-features --data {params.train:q} --test-data {params.test:q} --out {output:q}"
+        "python -m timestep_lab train-features --extractor {params.extractor:q} --data {params.train:q}"
+        " --test-data {params.test:q} --out {output:q}"
         " --threads {threads} > {log:q} 2>&1"
 
 

@@ -188,7 +188,8 @@ def cmd_predictions_profile(args: argparse.Namespace) -> int:
 
 def _consistency_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", nargs="+", required=True, metavar="NAME=SAMPLES.npz")
-    p.add_argument("--weights", type=Path, default=None, help="digits-CNN weights for a feature-space distance")
+    p.add_argument("--weights", type=Path, default=None,
+                   help="train-features weights (digits-cnn, mnist-cnn) for a feature-space distance")
     p.add_argument("--out", type=Path, required=True)
     runtime_args(p)
 
@@ -204,14 +205,15 @@ def cmd_consistency(args: argparse.Namespace) -> int:
         first = next(iter(sets.values()))[1]
         if len(seeds) != len(first) or (seeds != first).any():
             raise ConfigError(f"--samples {name}: drawn with other seeds than the first set; pairs need the same seeds")
-    features = None
+    features, extractor = None, None
     if args.weights:
         import numpy as np
         import torch
 
-        from timestep_lab.features import load_digits_cnn
+        from timestep_lab.features import load_feature_net
 
-        cnn, _ = load_digits_cnn(args.weights)
+        cnn, cnn_meta = load_feature_net(args.weights)
+        extractor = cnn_meta["extractor"]
 
         @torch.no_grad()
         def features(images_nhwc: np.ndarray) -> np.ndarray:
@@ -221,7 +223,7 @@ def cmd_consistency(args: argparse.Namespace) -> int:
         res = paired_distance(sets[a][0], sets[b][0], features)
         pairs.append({"a": a, "b": b, **res})
     atomic_write_json(args.out, {"sets": {k: str(v) for k, v in _pairs(args.samples, "--samples").items()},
-                                 "pairs": pairs})
+                                 "feature_extractor": extractor, "pairs": pairs})
     return 0
 
 

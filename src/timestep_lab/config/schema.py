@@ -26,7 +26,16 @@ __all__ = [
     "SampleConfig",
     "EvalConfig",
     "RunConfig",
+    "TRAINED_FEATURE_EXTRACTORS",
+    "FEATURE_EXTRACTORS",
 ]
+
+#: Names of the feature extractors the pipeline trains itself (``train-features``; their networks
+#: are the entries of :data:`timestep_lab.features.FEATURE_NETS`, which must list the same names),
+#: and of every extractor ``evaluation.extractor`` may name. Kept here, torch-free, because the
+#: Snakefile and the config checks need the names at DAG build.
+TRAINED_FEATURE_EXTRACTORS = ("digits-cnn", "mnist-cnn")
+FEATURE_EXTRACTORS = (*TRAINED_FEATURE_EXTRACTORS, "inception-v3")
 
 
 class ConfigError(ValueError):
@@ -228,7 +237,8 @@ class EvalConfig:
 
     ``feature_extractor`` picks the extractor of ``reference-stats`` (null: digits-cnn);
     ``evaluate`` always uses the reference file's extractor and, when this is set, checks that
-    they match. ``feature_weights``: the digits-CNN weights file, or for
+    they match. ``feature_weights``: the trained extractor's weights file (digits-cnn,
+    mnist-cnn: ``train-features``), or for
     ``inception-v3`` a folder holding ``weights-inception-2015-12-05-6726825d.pth``
     (torch-fidelity) and ``inception-2015-12-05.pt`` (clean-fid); null means the libraries'
     caches (and, for the digits CNN, the file the reference was computed with).
@@ -236,8 +246,8 @@ class EvalConfig:
     drawn with seed ``kid_seed`` (both tools).
     """
 
-    feature_extractor: str | None = None  # digits-cnn | inception-v3 | null (see above)
-    feature_weights: str | None = None  # weights file (digits-cnn) or folder (inception-v3)
+    feature_extractor: str | None = None  # digits-cnn | mnist-cnn | inception-v3 | null (see above)
+    feature_weights: str | None = None  # weights file (digits-cnn, mnist-cnn) or folder (inception-v3)
     num_samples: int | None = None  # None: all samples in samples.npz
     tools: tuple[str, ...] = ("torch-fidelity", "clean-fid")
     kid: bool = True
@@ -250,8 +260,8 @@ class EvalConfig:
     download_timeout_s: float = 10.0  # network timeout of that download (DNS and socket)
 
     def __post_init__(self) -> None:
-        _require(self.feature_extractor in (None, "digits-cnn", "inception-v3"),
-                 f"feature_extractor must be digits-cnn or inception-v3, got {self.feature_extractor!r}")
+        _require(self.feature_extractor in (None, *FEATURE_EXTRACTORS),
+                 f"feature_extractor must be one of {', '.join(FEATURE_EXTRACTORS)}, got {self.feature_extractor!r}")
         _require(self.num_samples is None or self.num_samples >= 2, f"num_samples must be >= 2 or null, got {self.num_samples}")
         _require(len(self.tools) > 0 and all(t in ("torch-fidelity", "clean-fid") for t in self.tools)
                  and len(set(self.tools)) == len(self.tools),

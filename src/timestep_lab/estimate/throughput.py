@@ -65,6 +65,26 @@ MEASURED: list[dict] = [
      "measured": "2026-11-22",
      "source": "benchmarks/RESULTS.md (CPU, sample_throughput.py): digits UNet, DDPM 50 steps x 256 images, "
                "30.2 images/s, 1 thread"},
+    {"model": "unet-0.27M@32x32x1", "device": "cpu", "precision": "fp32", "work": "train", "images_per_s": 120.0,
+     "measured": "2026-11-25",
+     "source": "benchmarks/RESULTS.md (CPU, mnist): config/mnist.yaml's UNet, batch 64, 1 thread, `train` of "
+               "4.03 kimg in 35 CPU-s and 16 kimg in 129 CPU-s (usage lines less start-up); shared 2-core VM"},
+    {"model": "unet-0.27M@32x32x1", "device": "cpu", "precision": "fp32", "work": "forward", "images_per_s": 285.0,
+     "measured": "2026-11-25",
+     "source": "benchmarks/RESULTS.md (CPU, mnist): config/mnist.yaml's UNet, `sample` DDIM 10 steps, 500 vs 16 "
+               "samples: 4,840 evaluations in 16.8 CPU-s, 1 thread"},
+    {"model": "unet-0.60M@32x32x1", "device": "cpu", "precision": "fp32", "work": "train", "images_per_s": 67.0,
+     "measured": "2026-11-25",
+     "source": "benchmarks/RESULTS.md (CPU, mnist): config/mnist.yaml's 24-channel consistency run, batch 64, "
+               "1 thread, `train` of 2.05 kimg in 30.4 CPU-s"},
+    {"model": "unet-0.60M@32x32x1", "device": "cpu", "precision": "fp32", "work": "forward", "images_per_s": 147.0,
+     "measured": "2026-11-25",
+     "source": "benchmarks/RESULTS.md (CPU, mnist): the same network, `sample` DDIM 10 steps, 500 vs 16 samples: "
+               "4,840 evaluations in 32.9 CPU-s, 1 thread"},
+    {"model": "mnist-cnn", "device": "cpu", "precision": "fp32", "work": "train", "images_per_s": 1560.0,
+     "measured": "2026-11-25",
+     "source": "benchmarks/RESULTS.md (CPU, mnist): `train-features --extractor mnist-cnn`, 15 epochs of 4,000 "
+               "images in 38.4 CPU-s, 1 thread"},
     # GPU rows: none measured yet (no GPU in any session so far); see benchmarks/gpu_suite.sh
 ]
 

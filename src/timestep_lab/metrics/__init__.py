@@ -3,7 +3,7 @@
 Both libraries compute every number we report (protocol: docs/methods.md 8.3-8.4). The package,
 bottom to top:
 
-``extractors``  the feature extractors (``digits-cnn``, ``inception-v3``), their input form and
+``extractors``  the feature extractors (``digits-cnn``, ``mnist-cnn``, ``inception-v3``), their input and
                 where their weights come from (``download`` fetches missing files)
 ``fid``         the two library adapters (feature extraction, FID/KID/PR against stored
                 statistics) and an independent Fréchet distance for tests
@@ -16,8 +16,8 @@ Scoring model snapshots needs sampling too, so it lives one level up in
 """
 
 from timestep_lab.metrics.extractors import (
-    CF_INCEPTION_FILE, EXTRACTORS, LABELS, TF_INCEPTION_FILE, TOOLS, CleanFidDigitsCNN,
-    FeatureExtractorSpec, TorchFidelityDigitsCNN, WeightsMissingError, keep_pixels, load_feature_extractor,
+    CF_INCEPTION_FILE, EXTRACTORS, LABELS, TF_INCEPTION_FILE, TOOLS, CleanFidTrainedCNN,
+    FeatureExtractorSpec, TorchFidelityTrainedCNN, WeightsMissingError, keep_pixels, load_feature_extractor,
 )
 from timestep_lab.metrics.fid import clean_fid_metrics, frechet_distance, tool_versions, torch_fidelity_metrics
 from timestep_lab.metrics.reference import (
@@ -34,6 +34,6 @@ __all__ = [
     "EXTRACTORS", "TOOLS", "LABELS", "REFERENCE_FORMAT", "METRICS_FORMAT", "TF_INCEPTION_FILE", "CF_INCEPTION_FILE",
     "WeightsMissingError", "FeatureExtractorSpec", "Reference", "frechet_distance",
     "load_feature_extractor", "compute_reference", "load_reference", "evaluate_samples", "evaluate_file",
-    "tool_versions", "torch_fidelity_metrics", "clean_fid_metrics", "TorchFidelityDigitsCNN", "CleanFidDigitsCNN",
+    "tool_versions", "torch_fidelity_metrics", "clean_fid_metrics", "TorchFidelityTrainedCNN", "CleanFidTrainedCNN",
     "keep_pixels",
 ]

@@ -1,14 +1,16 @@
 """Feature extractors: which network each metric library runs, on what input, from which weights.
 
-Two extractors, each run by both libraries (torch-fidelity and clean-fid):
+Every extractor is run by both libraries (torch-fidelity and clean-fid):
 
-``digits-cnn``    the small classifier of :mod:`timestep_lab.features` (embedded default).
-                  Registered in torch-fidelity with ``register_feature_extractor`` and passed to
-                  clean-fid as its feature model, so the same two libraries compute
-                  "FID (digits-CNN features)" -- not Inception FID. Both feed the network the
-                  same 8x8 pixels: torch-fidelity hands it the uint8 batch, clean-fid (mode
-                  "clean") reads the images from ``.npy`` files and its resize step is replaced by
-                  the identity (``custom_fn_resize``), so no 299x299 upsampling happens.
+``digits-cnn``,   the small classifiers the pipeline trains itself (:mod:`timestep_lab.features`,
+``mnist-cnn``     registry ``FEATURE_NETS``). Each is registered in torch-fidelity under its name
+                  with ``register_feature_extractor`` and passed to clean-fid as its feature
+                  model, so the same two libraries compute "FID (digits-CNN features)" and
+                  "FID (mnist-cnn features)" -- not Inception FID. Both feed the network the
+                  same pixels at their own size (8x8, 32x32): torch-fidelity hands it the uint8
+                  batch, clean-fid (mode "clean") reads the images from ``.npy`` files and its
+                  resize step is replaced by the identity (``custom_fn_resize``), so no 299x299
+                  upsampling happens.
 ``inception-v3``  torch-fidelity's ``inception-v3-compat`` (TF-compatible port, weights
                   ``weights-inception-2015-12-05-6726825d.pth``) and clean-fid's TorchScript
                   Inception (``inception-2015-12-05.pt``) with its clean PIL-bicubic resize.
@@ -17,8 +19,8 @@ Two extractors, each run by both libraries (torch-fidelity and clean-fid):
                   downloaded with a short network timeout only if ``eval.download_weights``, else
                   (or on failure) :class:`WeightsMissingError` names the file and where to put it.
 
-Importing this module registers ``digits-cnn`` in torch-fidelity's registry, so a direct
-``calculate_metrics(feature_extractor="digits-cnn", feature_extractor_weights_path=...)`` works.
+Importing this module registers every trained extractor in torch-fidelity's registry, so a direct
+``calculate_metrics(feature_extractor="mnist-cnn", feature_extractor_weights_path=...)`` works.
 
 Must not know: reference files, metric values, samples files or how images were generated.
 """
@@ -36,17 +38,18 @@ from torch import Tensor, nn
 from torch_fidelity import FeatureExtractorBase, register_feature_extractor
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
 
-from timestep_lab.features import load_digits_cnn
+from timestep_lab.config.schema import FEATURE_EXTRACTORS
+from timestep_lab.features import FEATURE_NETS, load_feature_net
 from timestep_lab.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.metrics.download import download_file
 
 __all__ = [
     "EXTRACTORS", "TOOLS", "LABELS", "TF_INCEPTION_FILE", "CF_INCEPTION_FILE", "CLEANFID_CACHE_DIR",
-    "WeightsMissingError", "FeatureExtractorSpec", "TorchFidelityDigitsCNN", "CleanFidDigitsCNN", "keep_pixels",
-    "to_extractor_input", "resolve_weights", "make_spec", "load_feature_extractor",
+    "WeightsMissingError", "FeatureExtractorSpec", "TorchFidelityTrainedCNN", "CleanFidTrainedCNN", "keep_pixels",
+    "to_extractor_input", "resolve_weights", "make_spec", "load_feature_extractor", "trained",
 ]
 
-EXTRACTORS = ("digits-cnn", "inception-v3")
+EXTRACTORS = FEATURE_EXTRACTORS  # the trained ones (FEATURE_NETS), then inception-v3
 TOOLS = ("torch-fidelity", "clean-fid")
 
 TF_INCEPTION_FILE = "weights-inception-2015-12-05-6726825d.pth"
@@ -54,14 +57,24 @@ CF_INCEPTION_FILE = "inception-2015-12-05.pt"
 # clean-fid keeps its Inception in "/tmp" (the current folder on Windows): cleanfid/features.py
 CLEANFID_CACHE_DIR = Path("./" if platform.system() == "Windows" else "/tmp")
 
+
+def _trained_labels(display: str) -> dict[str, str]:
+    """metric -> label of a trained extractor, e.g. "FID (mnist-cnn features)"."""
+    names = {"fid": "FID", "kid_mean": "KID", "kid_std": "KID std", "precision": "Precision", "recall": "Recall"}
+    return {metric: f"{name} ({display} features)" for metric, name in names.items()}
+
+
 LABELS = {  # metric -> report label, per extractor
-    "digits-cnn": {"fid": "FID (digits-CNN features)", "kid_mean": "KID (digits-CNN features)",
-                   "kid_std": "KID std (digits-CNN features)", "precision": "Precision (digits-CNN features)",
-                   "recall": "Recall (digits-CNN features)"},
+    **{name: _trained_labels(net.display) for name, net in FEATURE_NETS.items()},
     "inception-v3": {"fid": "FID (Inception-v3)", "kid_mean": "KID (Inception-v3)", "kid_std": "KID std (Inception-v3)",
                      "precision": "Precision (Inception-v3 pool features)",
                      "recall": "Recall (Inception-v3 pool features)"},
 }
+
+
+def trained(name: str) -> bool:
+    """Whether extractor ``name`` is one the pipeline trains (weights: a ``train-features`` file)."""
+    return name in FEATURE_NETS
 
 
 class WeightsMissingError(ArtifactError):
@@ -91,15 +104,19 @@ class FeatureExtractorSpec:
 # ------------------------------------------------------------------------------ the networks
 
 
-class TorchFidelityDigitsCNN(FeatureExtractorBase):
-    """torch-fidelity feature extractor ``digits-cnn``: uint8 ``[B, 1, 8, 8]`` -> ``features``
-    ``[B, 64]`` (FID, KID, precision/recall) and ``logits``. Weights: ``feature_extractor_weights_path``."""
+class TorchFidelityTrainedCNN(FeatureExtractorBase):
+    """torch-fidelity feature extractor of a trained CNN (one subclass per name, registered below):
+    uint8 ``[B, C, H, W]`` at the network's own size -> ``features`` ``[B, feature_dim]`` (FID,
+    KID, precision/recall) and ``logits``. Weights: ``feature_extractor_weights_path``."""
+
+    extractor = ""  # the FEATURE_NETS name, set by each subclass
 
     def __init__(self, name, features_list, feature_extractor_weights_path=None, **kwargs):
         super().__init__(name, features_list)
         if feature_extractor_weights_path is None:
-            raise ValueError("digits-cnn needs feature_extractor_weights_path (the train-features output)")
-        self.net, _ = load_digits_cnn(feature_extractor_weights_path)
+            raise ValueError(f"{self.extractor} needs feature_extractor_weights_path (the train-features output)")
+        self.net, _ = load_feature_net(feature_extractor_weights_path, expect=self.extractor)
+        self.input_shape = FEATURE_NETS[self.extractor].input_shape
 
     @staticmethod
     def get_provided_features_list():
@@ -113,26 +130,28 @@ class TorchFidelityDigitsCNN(FeatureExtractorBase):
     def can_be_compiled():
         return False
 
-    @staticmethod
-    def get_dummy_input_for_compile():
-        return torch.zeros(1, 1, 8, 8, dtype=torch.uint8)
+    @classmethod
+    def get_dummy_input_for_compile(cls):
+        return torch.zeros(1, *FEATURE_NETS[cls.extractor].input_shape, dtype=torch.uint8)
 
     def forward(self, x):
-        if not (torch.is_tensor(x) and x.dtype == torch.uint8 and x.dim() == 4 and x.shape[1:] == (1, 8, 8)):
-            raise ValueError(f"digits-cnn expects uint8 [B, 1, 8, 8], got {getattr(x, 'dtype', type(x))} "
-                             f"{list(getattr(x, 'shape', []))}")
+        if not (torch.is_tensor(x) and x.dtype == torch.uint8 and x.dim() == 4 and tuple(x.shape[1:]) == self.input_shape):
+            raise ValueError(f"{self.extractor} expects uint8 [B, {', '.join(map(str, self.input_shape))}], got "
+                             f"{getattr(x, 'dtype', type(x))} {list(getattr(x, 'shape', []))}")
         feats = self.net.features(x)
         out = {"features": feats, "logits": self.net.head(feats)}
         return tuple(out[k] for k in self.features_list)
 
 
-# importing this module makes "digits-cnn" usable in any torch_fidelity.calculate_metrics call
-if "digits-cnn" not in FEATURE_EXTRACTORS_REGISTRY:
-    register_feature_extractor("digits-cnn", TorchFidelityDigitsCNN)
+# importing this module makes every trained extractor usable in any torch_fidelity.calculate_metrics call
+for _name in FEATURE_NETS:
+    if _name not in FEATURE_EXTRACTORS_REGISTRY:
+        _cls = type(f"TorchFidelity_{_name.replace('-', '_')}", (TorchFidelityTrainedCNN,), {"extractor": _name})
+        register_feature_extractor(_name, _cls)
 
 
-class CleanFidDigitsCNN(nn.Module):
-    """clean-fid adapter: clean-fid's data set yields float ``[B, 1, 8, 8]`` holding the uint8
+class CleanFidTrainedCNN(nn.Module):
+    """clean-fid adapter: clean-fid's data set yields float ``[B, C, H, W]`` holding the uint8
     pixel values; rounding restores them exactly, so both tools see identical inputs."""
 
     def __init__(self, net: nn.Module):
@@ -145,7 +164,7 @@ class CleanFidDigitsCNN(nn.Module):
 
 
 def keep_pixels(img: np.ndarray) -> np.ndarray:
-    """clean-fid ``custom_fn_resize`` for the digits CNN: no resize, float32 HWC (clean-fid's
+    """clean-fid ``custom_fn_resize`` for the trained CNNs: no resize, float32 HWC (clean-fid's
     ``ToTensor`` leaves float32 unscaled, so values stay in [0, 255])."""
     return np.asarray(img, dtype=np.float32)
 
@@ -158,8 +177,9 @@ def to_extractor_input(images_nhwc: np.ndarray, spec: FeatureExtractorSpec) -> n
     images = np.asarray(images_nhwc)
     if images.dtype != np.uint8 or images.ndim != 4:
         raise ArtifactError(f"images must be uint8 [N, H, W, C], got {images.dtype}{list(images.shape)}")
-    if spec.name == "digits-cnn" and images.shape[1:] != (8, 8, 1):
-        raise ArtifactError(f"digits-cnn scores 8x8 grey images, got {list(images.shape[1:])}")
+    if trained(spec.name) and tuple(images.shape[1:]) != FEATURE_NETS[spec.name].image_shape:
+        h, w, c = FEATURE_NETS[spec.name].image_shape
+        raise ArtifactError(f"{spec.name} scores {h}x{w}x{c} images, got {list(images.shape[1:])}")
     if spec.name == "inception-v3" and images.shape[3] == 1:
         images = np.repeat(images, 3, axis=3)
     return images
@@ -241,20 +261,20 @@ def resolve_weights(name: str, weights: str | Path | None, tools: Sequence[str],
     if name == "inception-v3":
         return _resolve_inception(tools, weights, download, timeout)
     if weights is None:
-        raise WeightsMissingError("digits-cnn needs its weights file: train it with `python -m timestep_lab "
-                                  "train-features --data ... --test-data ... --out digits_cnn.pt` and pass "
-                                  "--weights digits_cnn.pt (or eval.feature_weights)")
+        raise WeightsMissingError(f"{name} needs its weights file: train it with `python -m timestep_lab "
+                                  f"train-features --extractor {name} --data ... --test-data ... --out {name}.pt` "
+                                  f"and pass --weights {name}.pt (or eval.feature_weights)")
     path = Path(weights)
     if not path.is_file():
-        raise WeightsMissingError(f"{path}: digits-cnn weights file not found (write it with "
-                                  f"`python -m timestep_lab train-features`)")
+        raise WeightsMissingError(f"{path}: {name} weights file not found (write it with "
+                                  f"`python -m timestep_lab train-features --extractor {name}`)")
     return {t: path for t in tools}
 
 
 def make_spec(name: str, files: dict[str, Path], feature_dim: int) -> FeatureExtractorSpec:
     """The spec of extractor ``name`` loading ``files[tool]``, each file hashed (sha256)."""
     by_file = {p: sha256_file(p) for p in set(files.values())}  # a file shared by both tools is hashed once
-    tf_name, layer = ("digits-cnn", "features") if name == "digits-cnn" else ("inception-v3-compat", "2048")
+    tf_name, layer = (name, "features") if trained(name) else ("inception-v3-compat", "2048")
     return FeatureExtractorSpec(name, tf_name, layer, feature_dim, dict(files), {t: by_file[p] for t, p in files.items()})
 
 
@@ -262,14 +282,15 @@ def load_feature_extractor(name: str, weights: str | Path | None = None, *, tool
                            download: bool = True, timeout: float = 10.0) -> FeatureExtractorSpec:
     """Resolve, check and hash the weights of extractor ``name`` for ``tools``.
 
-    ``digits-cnn``: ``weights`` is the ``train-features`` file (required). ``inception-v3``:
+    Trained extractors (``digits-cnn``, ``mnist-cnn``): ``weights`` is the ``train-features``
+    file (required), and it must hold that extractor. ``inception-v3``:
     ``weights`` is a folder holding the two files (or one of the files), else the libraries'
     caches; missing files raise :class:`WeightsMissingError` before any long network wait.
     The files are loaded once here to check them (weights-only for the state dicts).
     """
     files = resolve_weights(name, weights, tools, download, timeout)
-    if name == "digits-cnn":
-        _, meta = load_digits_cnn(next(iter(files.values())))
+    if trained(name):
+        _, meta = load_feature_net(next(iter(files.values())), expect=name)
         return make_spec(name, files, int(meta["feature_dim"]))
     if "torch-fidelity" in files:  # torch-fidelity unpickles it with weights_only=False: check it is plain tensors
         load_torch(files["torch-fidelity"])

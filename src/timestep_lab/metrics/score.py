@@ -20,7 +20,9 @@ import torch
 
 from timestep_lab.config import EvalConfig
 from timestep_lab.io import ArtifactError, atomic_write_json
-from timestep_lab.metrics.extractors import LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input
+from timestep_lab.metrics.extractors import (
+    LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input, trained,
+)
 from timestep_lab.metrics.fid import clean_fid_metrics, tool_versions, torch_fidelity_metrics
 from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference
@@ -44,7 +46,7 @@ def spec_for_reference(ref: Reference, cfg: EvalConfig, weights: str | Path | No
     if missing:
         raise ArtifactError(f"{ref.path}: has no {', '.join(missing)} features (computed for {ref.meta['tools']})")
     weights = weights or cfg.feature_weights
-    if weights is None and name == "digits-cnn":
+    if weights is None and trained(name):
         weights = next(iter(ref.meta["feature_weights_file"].values()))
     # the reference file recorded the hashes of the (checked) weights it was computed with:
     # the same hash means the same file, so hashing is all that is needed here
