@@ -7,7 +7,12 @@ from snakemake.utils import min_version
 min_version("8.20")
 
 
-configfile: "config/config.yaml"
+# The default study, unless a study config is given: `--configfile` replaces it, never merges into
+# it. (The profiles also say replace-workflow-config, but the command a cluster executor gives each
+# job does not pass that on, and a merged config changes the run table a job reads.)
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/benchmark.smk"

@@ -104,3 +104,17 @@ def test_a_rerun_checks_no_unchanged_run_config_and_imports_no_torch(tmp_path):
     errors = [line for line in bad.stdout.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "config/smoke.yaml (run speed_" in errors[0] and "Traceback" not in bad.stdout, \
         bad.stdout[-3000:]
+
+
+def test_a_study_config_replaces_the_default_without_the_profile(plan, tmp_path):
+    """What a cluster job's own snakemake sees: the study config given with --configfile and no
+    profile (the executor passes neither the profile nor replace-workflow-config on). It must plan
+    the study's runs, not a merge of the study into config/config.yaml, whose group overrides would
+    rename the runs (a flow run of the default study carries _kimg8) and fail every job's lookup."""
+    root = copy_worktree(tmp_path / "repo")
+    r = run(["snakemake", "-n", "--configfile", "config/smoke.yaml", "--workflow-profile", "none"], root, study_env(),
+            timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:]
+    ids = set(re.findall(r"results/smoke/runs/([A-Za-z0-9._-]+)/model\.pt", r.stdout))
+    assert ids == set(re.findall(r"results/smoke/runs/([A-Za-z0-9._-]+)/model\.pt", plan)) and ids
+    assert not [i for i in ids if "_kimg8" in i]
