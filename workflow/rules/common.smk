@@ -155,7 +155,8 @@ def feature_weights_input():
 # Every value pasted into a shell command goes through the `q` format spec (shell-quoted; a list
 # is quoted element by element), so helpers that build several arguments return lists, never
 # pre-joined strings: no config value is read by the shell as code, a path with a space stays one
-# argument (tests/test_injection.py).
+# argument. An option with a value is one word, `--flag=value`, so a value starting with '-'
+# stays a value (tests/test_injection.py renders every rule's command).
 
 
 def weights_arg():
@@ -166,7 +167,7 @@ def eval_sample_overrides(num_samples):
     s = config["evaluation"]["sample"]
     sets = [f"sample.num_samples={num_samples}"]
     sets += [f"sample.{k}={'null' if v is None else v}" for k, v in s.items()]
-    return [arg for x in sets for arg in ("--set", x)]
+    return [f"--set={x}" for x in sets]
 
 
 def final_outputs():
@@ -195,11 +196,11 @@ def model_format(run):
 
 def profile_args(run):
     p = PROFILE
-    args = ["--num-images", p.get("num_images", 256), "--stride", p.get("stride", 1), "--seed", p.get("seed", 1234),
-            "--batch-size", p.get("batch_size", 256)]
+    args = {"num-images": p.get("num_images", 256), "stride": p.get("stride", 1), "seed": p.get("seed", 1234),
+            "batch-size": p.get("batch_size", 256)}
     if run == "reference":  # gradient-norm variance only for the reference model
-        args += ["--grad-timesteps", p.get("grad_timesteps", 0), "--grad-samples", p.get("grad_samples", 16)]
-    return [str(a) for a in args]
+        args.update({"grad-timesteps": p.get("grad_timesteps", 0), "grad-samples": p.get("grad_samples", 16)})
+    return [f"--{k}={v}" for k, v in args.items()]
 
 
 def finetune_runs(seed=None):

@@ -21,8 +21,8 @@ rule train_features:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab train-features --data {params.train:q} --test-data {params.test:q} --out {output:q}"
-        " --threads {threads} > {log:q} 2>&1"
+        "python -m timestep_lab train-features --data={params.train:q} --test-data={params.test:q} --out={output:q}"
+        " --threads={threads} > {log:q} 2>&1"
 
 
 rule reference_stats:
@@ -46,8 +46,8 @@ rule reference_stats:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab reference-stats --data {params.data:q} --extractor {params.extractor:q} {params.weights:q}"
-        " {params.max_images:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab reference-stats --data={params.data:q} --extractor={params.extractor:q} {params.weights:q}"
+        " {params.max_images:q} --out={output:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule sample_score:
@@ -76,9 +76,9 @@ rule sample_score:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab sample-score --model {params.model:q} --out {output.npz:q} --grid {output.png:q}"
-        " {params.sets:q} --reference {input.reference:q} {params.weights:q} --metrics {output.metrics:q}"
-        " --threads {threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab sample-score --model={params.model:q} --out={output.npz:q} --grid={output.png:q}"
+        " {params.sets:q} --reference={input.reference:q} {params.weights:q} --metrics={output.metrics:q}"
+        " --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule evaluate_progress:
@@ -102,8 +102,8 @@ rule evaluate_progress:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab evaluate-snapshots --snapshots {input.snapshots:q} --reference {input.reference:q}"
-        " {params.weights:q} {params.sets:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab evaluate-snapshots --snapshots={input.snapshots:q} --reference={input.reference:q}"
+        " {params.weights:q} {params.sets:q} --out={output:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule collect:

@@ -48,5 +48,5 @@ rule train:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "{params.launcher:q} train --config {input.cfg:q} --out {params.out:q} --threads {threads}"
-        " --set train.on_nonfinite=record --no-progress > {log:q} 2>&1"
+        "{params.launcher:q} train --config={input.cfg:q} --out={params.out:q} --threads={threads}"
+        " --set=train.on_nonfinite=record --no-progress > {log:q} 2>&1"

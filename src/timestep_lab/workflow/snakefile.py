@@ -3,7 +3,9 @@ one-line summary of a schema-validation error.
 
 Command-line pieces are lists of arguments, never pre-joined strings: a rule pastes them with
 ``{params.x:q}``, which quotes every element, so no config value is ever read by the shell as
-code and a path with a space stays one argument.
+code and a path with a space stays one argument. An option that carries a value is one word,
+``--flag=value``: a value that starts with '-' (a path named ``--help``) stays the option's value
+instead of becoming an option of its own (tests/test_injection.py renders every rule).
 
 No Snakemake import, no torch, no files.
 """
@@ -19,13 +21,13 @@ __all__ = ["launcher", "opt", "schema_error_summary"]
 def launcher(gpus: int) -> list[str]:
     """The command prefix of a training job (argv): one process, or torchrun with one process per GPU."""
     if gpus > 1:
-        return ["torchrun", "--standalone", "--nproc_per_node", str(int(gpus)), "-m", "timestep_lab"]
+        return ["torchrun", "--standalone", f"--nproc_per_node={int(gpus)}", "-m", "timestep_lab"]
     return ["python", "-m", "timestep_lab"]
 
 
 def opt(flag: str, value: Any) -> list[str]:
-    """``["--flag", "value"]``, or no arguments when ``value`` is None or empty."""
-    return [] if value is None or value == "" else [flag, str(value)]
+    """``["--flag=value"]`` (one word: module docstring), or no arguments when ``value`` is None or empty."""
+    return [] if value is None or value == "" else [f"{flag}={value}"]
 
 
 def schema_error_summary(message: str) -> str:
