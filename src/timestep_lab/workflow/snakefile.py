@@ -1,5 +1,5 @@
-"""Small helpers the Snakefile's rules call: the training launcher, optional shell flags, and a
-one-line summary of a schema-validation error.
+"""Small helpers the Snakefile's rules call: the training launcher, optional shell flags, a
+one-line summary of a schema-validation error, and the check of the config file's own name.
 
 Command-line pieces are lists of arguments, never pre-joined strings: a rule pastes them with
 ``{params.x:q}``, which quotes every element, so no config value is ever read by the shell as
@@ -15,7 +15,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["launcher", "opt", "schema_error_summary"]
+__all__ = ["launcher", "opt", "schema_error_summary", "NAME_PATTERN", "PATH_PATTERN", "config_source_error"]
+
+#: the schema's pattern of a name (workflow/schemas/config.schema.yaml, ``identifier``): matched
+#: whole, ``$(?!\n)``, since jsonschema's ``$`` also matches before a final newline
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$(?!\n)"
+#: the schema's pattern of a path (``path``): no control character, no brace
+PATH_PATTERN = r"^[^\x00-\x1f\x7f-\x9f{}]*$(?!\n)"
+_RULES = {NAME_PATTERN: "a name holds only letters, digits, '_', '.' and '-', and starts with neither '.' nor '-'",
+          PATH_PATTERN: "a path may hold neither a control character (NUL, newline, tab, ...) nor a brace "
+                        "(Snakemake reads '{...}' as a wildcard)"}
 
 
 def launcher(gpus: int) -> list[str]:
@@ -38,4 +47,14 @@ def schema_error_summary(message: str) -> str:
     where = next((ln for ln in message.splitlines() if ln.startswith("On instance")), "")
     keys = re.findall(r"\[(?:'([^']*)'|(\d+))\]", where)
     path = ".".join(k or i for k, i in keys)
+    for pattern, rule in _RULES.items():  # say what the pattern means instead of quoting it
+        reason = reason.replace(f"does not match {pattern!r}", f"is refused: {rule}")
     return f"{path}: {reason}" if path else f"{reason} (workflow/schemas/config.schema.yaml)"
+
+
+def config_source_error(name: str) -> str | None:
+    """Why the config file ``name`` (``--configfile``) cannot be a rule's input, or None: a
+    control character, or a brace that Snakemake would read as a wildcard."""
+    if re.search(PATH_PATTERN, name) is None:
+        return f"{name!r}: cannot be used as the study config's file name: {_RULES[PATH_PATTERN]}; rename the file"
+    return None
