@@ -3,7 +3,9 @@
 Client -> server, once: an 8-byte big-endian length sent with the client's file descriptors 0,
 1 and 2 (``SCM_RIGHTS``), then that many bytes of JSON ``{"argv": [...], "cwd": str, "env":
 {...}}``. Then any number of ``kill N`` lines (a signal the client got, for the worker).
-Server -> client, once, when the worker ends: ``exit N`` (its exit status) or ``signal N``.
+Server -> client, lines: ``pid N`` once the worker is forked (its pid), then, when it ends,
+``exit N`` (its exit status) or ``signal N``; or, instead of all that, ``fresh``: the server
+no longer forks (its package changed on disk), so the client runs the command itself.
 """
 
 from __future__ import annotations
