@@ -11,6 +11,7 @@ come only from the samples file's metadata.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from timestep_lab.config import EvalConfig
+from timestep_lab.features import load_digits_cnn
 from timestep_lab.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input
 from timestep_lab.metrics.fid import clean_fid_metrics, tool_versions, torch_fidelity_metrics
@@ -49,7 +51,12 @@ def _spec_for_reference(ref: Reference, cfg: EvalConfig, weights: str | Path | N
     # the reference file recorded the hashes of the (checked) weights it was computed with:
     # the same hash means the same file, so hashing is all that is needed here
     files = resolve_weights(name, weights, tools, cfg.download_weights, cfg.download_timeout_s)
-    spec = make_spec(name, files, int(ref.meta["feature_dim"]))
+    dim = int(ref.meta["feature_dim"])
+    own = 2048 if name == "inception-v3" else int(load_digits_cnn(next(iter(files.values())))[1]["feature_dim"])
+    if dim != own:  # the libraries would compare statistics of different sizes (an AssertionError)
+        raise ArtifactError(f"{ref.path}: holds {dim}-dimensional features, but the {name} extractor gives {own}; "
+                            f"recompute the reference with these weights")
+    spec = make_spec(name, files, dim)
     for tool in tools:
         want = ref.meta["feature_weights_sha256"][tool]
         if spec.sha256[tool] != want:
@@ -100,6 +107,10 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
         t0 = time.perf_counter()
         values[tool] = runners[tool](images, ref, spec, cfg, device)
         log.debug("%s: %s in %.2f s", tool, values[tool], time.perf_counter() - t0)
+        bad = {m: v for m, v in values[tool].items() if not math.isfinite(float(v))}
+        if bad:  # never written, and never as "ok"
+            raise ArtifactError(f"{ref.path}: {tool} gives non-finite {', '.join(f'{m}={v}' for m, v in bad.items())} "
+                                f"for {meta.get('model') or 'these samples'} against this reference; nothing written")
         for metric, value in values[tool].items():
             rec = {"metric": metric, "value": float(value), "tool": tool, "tool_version": versions[tool],
                    "label": LABELS[spec.name][metric], "feature_weights_sha256": spec.sha256[tool], **protocol}
