@@ -197,3 +197,15 @@ def test_non_finite_statistics_are_never_written(tiny_artifacts, digits_dir, tmp
         evaluate_file(tiny_artifacts.samples, tiny_artifacts.reference, tmp_path / "m.json",
                       weights=tiny_artifacts.cnn)
     assert not (tmp_path / "m.json").exists()
+
+
+def test_json_writers_refuse_non_finite_numbers(tmp_path):
+    """NaN is not JSON and never a result: every JSON artifact (metrics, profiles, slots, ...)
+    goes through atomic_write_json, which names the file and the key and writes nothing."""
+    from timestep_lab.io import atomic_write_json
+
+    with pytest.raises(ArtifactError, match=r"p\.json: not written: a\.b\.1 is not a finite number"):
+        atomic_write_json(tmp_path / "p.json", {"a": {"b": [1.0, float("nan")]}, "c": 2})
+    with pytest.raises(ArtifactError, match="the value"):
+        atomic_write_json(tmp_path / "p.json", float("-inf"))
+    assert not (tmp_path / "p.json").exists()

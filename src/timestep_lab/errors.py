@@ -8,7 +8,14 @@ helpers in ``timestep_lab.io``; both are torch-free too.)
 
 from __future__ import annotations
 
-__all__ = ["NonFiniteLossError"]
+__all__ = ["NonFiniteLossError", "InputError"]
+
+
+class InputError(ValueError):
+    """What a function was given cannot be used: an empty image set, a slot number out of range,
+    a profile that is not finite (the message says which value). Raised by library code for
+    inputs a user chose; the command line reports it as one ``error:`` line, exit status 2.
+    (A ``ValueError`` that is not an ``InputError`` is a bug and keeps its traceback.)"""
 
 
 class NonFiniteLossError(RuntimeError):

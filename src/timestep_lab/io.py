@@ -129,7 +129,26 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    """``obj`` as JSON, atomically; a NaN or infinity (not JSON, and never a result) is refused:
+    :class:`ArtifactError` naming the file and the key, nothing written."""
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default, allow_nan=False)
+    except ValueError:
+        where = _non_finite(json.loads(json.dumps(obj, default=_json_default)))
+        raise ArtifactError(f"{path}: not written: {where or 'a value'} is not a finite number") from None
+    atomic_write_text(path, text + "\n")
+
+
+def _non_finite(obj: Any, where: str = "") -> str | None:
+    """The dotted key of the first NaN or infinity in ``obj`` (a JSON value), or None."""
+    if isinstance(obj, float) and not (obj == obj and abs(obj) != float("inf")):
+        return where or "the value"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{where}.{k}" if where else str(k))
+        if found:
+            return found
+    return None
 
 
 def _json_default(obj: Any) -> Any:

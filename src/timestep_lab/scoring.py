@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from timestep_lab.config import EvalConfig
-from timestep_lab.metrics import Reference, evaluate_file, evaluate_samples, load_reference
+from timestep_lab.config import ConfigError, EvalConfig
+from timestep_lab.metrics import Reference, evaluate_file, evaluate_samples, load_reference, scoring_spec
 from timestep_lab.samples_file import load_samples
 from timestep_lab.sampling import generate
 
@@ -38,10 +38,15 @@ def sample_and_score(model: str | Path, out_npz: str | Path, out_json: str | Pat
     ``gt_range``, ``mixed_inference`` of :func:`timestep_lab.sampling.generate`), then score that
     file against ``reference`` into ``out_json``. Returns (samples metadata, metrics.json dict).
 
-    The reference is loaded first (or given loaded), so a missing or corrupted one fails before
-    any sampling.
+    The reference is loaded first (or given loaded), and the feature extractor and sample count
+    checked against it, so a missing or corrupted reference, wrong weights or too few samples
+    fail before any sampling.
     """
     ref = reference if isinstance(reference, Reference) else load_reference(reference)
+    scoring_spec(ref, cfg, weights)
+    if cfg.num_samples is not None and cfg.num_samples > sample_cfg.num_samples:
+        raise ConfigError(f"eval.num_samples={cfg.num_samples} but only sample.num_samples={sample_cfg.num_samples} "
+                          f"samples are drawn")
     info = generate(model, out_npz, sample_cfg, device=device, progress=progress, **sample_kwargs)
     # scored from the file as written (not the in-memory images), as `evaluate` would read it
     res = evaluate_file(out_npz, ref, out_json, cfg=cfg, weights=weights, device=device, progress=progress)

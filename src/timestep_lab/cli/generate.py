@@ -15,6 +15,7 @@ from pathlib import Path
 
 from timestep_lab.cli.common import (
     FORMATS,
+    at_least,
     command,
     config_args,
     device,
@@ -32,7 +33,7 @@ def _sample_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="samples.npz to write")
     p.add_argument("--grid", type=Path, default=None, help="PNG grid of the first sample.grid_size images")
     p.add_argument("--gt-data", type=Path, default=None, help="prepared held-out images for ground-truth replacement")
-    p.add_argument("--gt-range", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+    p.add_argument("--gt-range", type=at_least(0), nargs=2, default=None, metavar=("LO", "HI"),
                    help="replace the x0 prediction by the truth for original timesteps LO..HI (0-based, inclusive)")
     p.add_argument("--mixed-inference", default=None, choices=("profile", "eps", "x0", "v"),
                    help="mixed models: per-t head from the model file (profile) or a fixed head")

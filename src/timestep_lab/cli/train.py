@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.cli.common import command, config_args, load_run_config, log, runtime_args, world
+from timestep_lab.cli.common import command, config_args, finite_at_least, load_run_config, log, runtime_args, world
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
@@ -17,7 +17,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     runtime_args(p)
     p.add_argument("--out", type=Path, required=True, help="run folder")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint and start over")
-    p.add_argument("--stop-after-kimg", type=float, default=None, help="stop (resumably) after this many kimg")
+    p.add_argument("--stop-after-kimg", type=finite_at_least(0), default=None, help="stop (resumably) after this many kimg")
 
 
 @command("train", "train one run into an output folder (resumes automatically)", _train_args, out_folder=True)

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from timestep_lab.checksums import NPZ_CHECKSUMS
+from timestep_lab.errors import InputError
 from timestep_lab.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
 from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
@@ -118,7 +119,7 @@ def reference_subset(count: int, n: int | None, seed: int = REFERENCE_SUBSET_SEE
     if n is None or n >= count:
         return np.arange(count, dtype=np.int64), f"all {count}"
     if n <= 0:
-        raise ValueError(f"reference subset size must be positive, got {n}")
+        raise InputError(f"reference subset size must be positive, got {n}")
     idx = np.sort(np.random.default_rng(seed).permutation(count)[:n]).astype(np.int64)
     return idx, f"{n} of {count}, seeded random subset (numpy default_rng({seed}).permutation, sorted)"
 

@@ -28,15 +28,16 @@ from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference
 from timestep_lab.samples_file import load_samples
 
-__all__ = ["METRICS_FORMAT", "evaluate_samples", "evaluate_file"]
+__all__ = ["METRICS_FORMAT", "evaluate_samples", "evaluate_file", "scoring_spec"]
 
 log = logging.getLogger(__name__)
 
 METRICS_FORMAT = "timestep_lab.metrics/1"
 
 
-def _spec_for_reference(ref: Reference, cfg: EvalConfig, weights: str | Path | None) -> FeatureExtractorSpec:
-    """The extractor the reference was computed with; weights must hash to what it recorded."""
+def scoring_spec(ref: Reference, cfg: EvalConfig, weights: str | Path | None) -> FeatureExtractorSpec:
+    """The extractor the reference was computed with; weights must hash to what it recorded and
+    give the reference's feature dimension (callers check this before they sample)."""
     name = ref.meta["extractor"]
     if cfg.feature_extractor not in (None, name):
         raise ArtifactError(f"{ref.path}: computed with the {name} extractor, but eval.feature_extractor="
@@ -86,7 +87,7 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
     """
     device = torch.device(device)
     ref = reference if isinstance(reference, Reference) else load_reference(reference)
-    spec = _spec_for_reference(ref, cfg, weights)
+    spec = scoring_spec(ref, cfg, weights)
     meta = samples_meta or {}
     images = np.asarray(images_nhwc)
     if cfg.num_samples is not None:
