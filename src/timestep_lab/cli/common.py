@@ -34,7 +34,7 @@ from timestep_lab.io import load_torch
 
 __all__ = [
     "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "config_args", "runtime_args", "load_run_config", "eval_config",
-    "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least",
+    "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
 ]
 
 log = logging.getLogger("timestep_lab")
@@ -161,6 +161,14 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
         data.update(load_yaml(config).get("sample", {}) or {})
     data = apply_overrides({"sample": data}, overrides)["sample"]
     return config_from_dict(data, f"{model} sample settings", SampleConfig)
+
+
+def code_identity() -> dict:
+    """The code identity of this process (:func:`timestep_lab.identity.current`): read here, at
+    the entry, and passed to the library functions that record it."""
+    from timestep_lab.identity import current
+
+    return current()
 
 
 # ------------------------------------------------------------------------------- torch

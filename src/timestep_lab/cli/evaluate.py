@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from timestep_lab.cli.common import (
+    code_identity,
     command,
     config_args,
     device,
@@ -40,7 +41,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from timestep_lab.metrics import evaluate_file
 
     res = evaluate_file(args.samples, args.reference, args.out, cfg=eval_config(args), weights=args.weights,
-                        device=device(args), progress=not args.no_progress)
+                        device=device(args), progress=not args.no_progress, code=code_identity())
     log.info("%s: %s -> %s", res["label"], ", ".join(f"{r['value']:.5g} ({r['tool']})" for r in res["records"]
                                                      if r["metric"] == "fid"), args.out)
     return 0
@@ -75,10 +76,12 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     cfg = eval_config(args, allowed=("eval", "sample"))
     sample_overrides = [o for o in args.overrides if o.startswith("sample.")]
     points = evaluate_models(models, args.reference, lambda m: sample_config(m, args.config, sample_overrides), cfg=cfg,
-                             weights=args.weights, device=device(args), progress=not args.no_progress)
+                             weights=args.weights, device=device(args), progress=not args.no_progress,
+                             code=code_identity())
     first = points[0]
     atomic_write_json(args.out, {"format": PROGRESS_FORMAT, "label": first["label"],
                                  "reference_file": first["reference_file"],
-                                 "reference_sha256": first["reference_sha256"], "points": points})
+                                 "reference_sha256": first["reference_sha256"], "code": first["code"],
+                                 "points": points})
     log.info("%d points -> %s", len(points), args.out)
     return 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from timestep_lab.cli.common import (
     FORMATS,
     at_least,
+    code_identity,
     command,
     config_args,
     device,
@@ -94,7 +95,7 @@ def cmd_sample_score(args: argparse.Namespace) -> int:
                          fmt=args.format)
     info, res = sample_and_score(args.model, args.out, args.metrics, ref, scfg, cfg=cfg,
                                  weights=args.weights, device=device(args), progress=not args.no_progress,
-                                 **_generate_kwargs(args))
+                                 code=code_identity(), **_generate_kwargs(args))
     fids = ", ".join(f"{r['value']:.5g} ({r['tool']})" for r in res["records"] if r["metric"] == "fid")
     log.info("%d samples (%s, %d steps) -> %s; %s: %s -> %s", info["num_samples"], info["method"], info["steps"],
              args.out, res["label"], fids, args.metrics)

@@ -9,7 +9,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.cli.common import command, config_args, finite_at_least, load_run_config, log, runtime_args, world
+from timestep_lab.cli.common import (
+    code_identity,
+    command,
+    config_args,
+    finite_at_least,
+    load_run_config,
+    log,
+    runtime_args,
+    world,
+)
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
@@ -28,7 +37,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_run_config(args)
     group = world()
     result = train(cfg, args.out, resume=not args.no_resume, progress=not args.no_progress, world=group,
-                   stop_after_kimg=args.stop_after_kimg)
+                   stop_after_kimg=args.stop_after_kimg, code=code_identity())
     if group.is_main:
         if result.status == "incomplete":
             log.info("stopped at %.1f kimg as asked; rerun to continue", result.nimg / 1000)

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -67,19 +67,22 @@ def scoring_spec(ref: Reference, cfg: EvalConfig, weights: str | Path | None) ->
     return spec
 
 
-def _protocol(spec: FeatureExtractorSpec, ref: Reference, n: int, meta: dict[str, Any]) -> dict[str, Any]:
+def _protocol(spec: FeatureExtractorSpec, ref: Reference, n: int, meta: dict[str, Any],
+              code: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         "feature_extractor": spec.name, "feature_dim": spec.feature_dim, "num_generated": n,
         "num_reference": ref.count, "sampler": meta.get("method"), "steps": meta.get("steps"), "eta": meta.get("eta"),
         "ema": meta.get("use_ema"), "seed_range": meta.get("seed_range"), "reference_file": str(ref.path),
-        "reference_sha256": ref.sha256,
+        "reference_sha256": ref.sha256, "code": dict(code) if code is not None else None,
     }
 
 
 def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference, *, cfg: EvalConfig = EvalConfig(),
                      weights: str | Path | None = None, samples_meta: dict[str, Any] | None = None,
-                     device: Any = "cpu", progress: bool = False) -> dict[str, Any]:
+                     device: Any = "cpu", progress: bool = False, code: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Score uint8 NHWC images against a reference file with every tool in ``cfg.tools``.
+    ``code``: the code identity of the caller (:mod:`timestep_lab.identity`), part of every
+    record's protocol and of the result (None: not recorded).
 
     Returns the ``metrics.json`` dict: ``records`` (one per metric and tool, each with the full
     protocol) and convenience fields ``fid``/``kid`` (torch-fidelity), ``fid_clean_fid``/
@@ -101,7 +104,7 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
     if len(images) < 2:
         raise ArtifactError(f"FID needs at least 2 samples, got {len(images)}")
     versions = tool_versions()
-    protocol = _protocol(spec, ref, len(images), meta)
+    protocol = _protocol(spec, ref, len(images), meta, code)
     runners = {"torch-fidelity": torch_fidelity_metrics, "clean-fid": clean_fid_metrics}
     records, values = [], {}
     for tool in stages(cfg.tools, "evaluate", progress):
@@ -126,16 +129,18 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
                 "kid_clean_fid": cf.get("kid_mean"), "precision": tf.get("precision"), "recall": tf.get("recall")})
     if "nimg" in meta:
         out.update(nimg=int(meta["nimg"]), kimg=int(meta["nimg"]) / 1000)
-    out.update(model=meta.get("model"), model_sha256=meta.get("model_sha256"), protocol=protocol, records=records)
+    out.update(model=meta.get("model"), model_sha256=meta.get("model_sha256"), code=protocol["code"],
+               protocol=protocol, records=records)
     return out
 
 
 def evaluate_file(samples_npz: str | Path, reference: str | Path | Reference, out_json: str | Path, *, cfg: EvalConfig = EvalConfig(),
-                  weights: str | Path | None = None, device: Any = "cpu", progress: bool = False) -> dict[str, Any]:
-    """``samples.npz`` -> ``metrics.json`` (written atomically)."""
+                  weights: str | Path | None = None, device: Any = "cpu", progress: bool = False,
+                  code: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``samples.npz`` -> ``metrics.json`` (written atomically; ``code``: as :func:`evaluate_samples`)."""
     images, _, meta = load_samples(samples_npz)
     result = evaluate_samples(images, reference, cfg=cfg, weights=weights, samples_meta=meta, device=device,
-                              progress=progress)
+                              progress=progress, code=code)
     result["samples_file"] = str(samples_npz)
     atomic_write_json(out_json, result)
     return result

@@ -18,7 +18,7 @@ from timestep_lab.reporting.cost import estimate_vs_measured, local_rules, study
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import COLUMNS, load_verdicts, scorecard_rows
 
-__all__ = ["render_index", "headline_rows", "protocol_lines", "PAPER_NUMBERS"]
+__all__ = ["render_index", "headline_rows", "protocol_lines", "code_lines", "PAPER_NUMBERS"]
 
 # docs/methods.md#published-figures: published figures to put beside ours (protocol stated with
 # each); ``claim`` names the scorecard row (timestep_lab.verdicts.CLAIMS) that tests the same question.
@@ -59,7 +59,8 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
     page = env.get_template(Path(template).name).render(
         study=study, summary=summary_data, css=PAGE_CSS, config_source=config_source,
         scorecard=card, columns=COLUMNS, headline=headline_rows(summary_data, card),
-        protocol=protocol_lines(summary_data),
+        protocol=protocol_lines(summary_data), code_mixed=bool((summary_data.get("code") or {}).get("mixed")),
+        code_identities=len((summary_data.get("code") or {}).get("identities") or []),
         reports=[{"name": Path(r).stem.replace("_", " "), "file": Path(r).name} for r in reports],
         pending=pending or [], papers=PAPER_NUMBERS, cost=cost,
         cost_device=(est or {}).get("device_name", "n/a"), cost_gpu=bool(est and est.get("device") != "cpu"),
@@ -89,11 +90,24 @@ def headline_rows(summary: Mapping[str, Any], scorecard: list[dict[str, str]]) -
     return rows
 
 
+def code_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What code trained and scored the runs: git commit and dirty flag (or the package's source
+    hash outside a checkout) and the hash of envs/requirements.lock, per identity with its runs."""
+    ids = (summary.get("code") or {}).get("identities") or []
+    if not ids:
+        return ["Code: no run recorded its code identity."]
+    if len(ids) == 1:
+        return [f"Code: {ids[0]['label']}, for every run (trained and scored)."]
+    return [f"Code: the runs were trained or scored by {len(ids)} different code identities: "
+            + "; ".join(f"{e['label']} ({len(e['runs'])} runs: {', '.join(e['runs'][:4])}"
+                        f"{', ...' if len(e['runs']) > 4 else ''})" for e in ids) + "."]
+
+
 def protocol_lines(summary: Mapping[str, Any]) -> list[str]:
     p = summary.get("protocol") or {}
     if not p:
-        return ["no metrics collected yet"]
-    return [
+        return ["no metrics collected yet", *code_lines(summary)]
+    return [*code_lines(summary),
         f"Metric: {p.get('label')} via torch-fidelity and clean-fid (headline numbers: {p.get('tool')} {p.get('tool_version')}); "
         f"feature extractor {p.get('feature_extractor')}.",
         f"{p.get('num_generated')} generated vs {p.get('num_reference')} reference images; reverse sampler "

@@ -291,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     package = os.path.dirname(importlib.import_module("timestep_lab").__file__)
     signature = package_signature(package)  # before the imports: an edit during them counts as a change
+    # the code identity of what is imported now, computed once: every worker inherits it (and the
+    # server forks nothing once a file differs, so it stays true)
+    importlib.import_module("timestep_lab.identity").current()
     entry = _entry(args.entry)
     for name in [] if args.no_preload else preload():
         print(f"not preloaded: {name}", file=sys.stderr)
