@@ -110,7 +110,7 @@ rule sample_score_contribution:
     params:
         model=lambda wc: model_path("reference"),
         fmt=model_format("reference"),
-        gt=lambda wc: ["--gt-data=" + prepared(config["data"]["test_split"] or config["data"]["train_split"]),
+        gt=lambda wc: [f"--gt-data={prepared(config['data']['test_split'] or config['data']['train_split'])}",
                        "--gt-range", str(CONTRIB_RANGES[wc.label][0]), str(CONTRIB_RANGES[wc.label][1])]
         if CONTRIB_RANGES[wc.label] else [],
         sets=eval_sample_overrides(AN.get("timestep_contribution", {}).get("num_samples", 500)),

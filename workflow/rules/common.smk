@@ -13,7 +13,7 @@ from timestep_lab.config import ConfigError
 CONFIG_SOURCE = str((workflow.overwrite_configfiles or workflow.configfiles or ["config"])[-1])
 if os.path.isabs(CONFIG_SOURCE) and not os.path.relpath(CONFIG_SOURCE).startswith(".."):
     CONFIG_SOURCE = os.path.relpath(CONFIG_SOURCE)  # a moved or cloned project reruns nothing
-if W.config_source_error(CONFIG_SOURCE):  # it is rule estimate's input: a brace would be a wildcard
+if W.config_source_error(CONFIG_SOURCE):  # an input of the estimate job: a brace would be a wildcard
     sys.exit(f"error: {W.config_source_error(CONFIG_SOURCE)}")
 
 

@@ -4,9 +4,9 @@ This entry builds the parser from the registry (:data:`timestep_lab.cli.common.C
 by importing the command modules below), dispatches, and is the one place that turns every
 expected failure into one ``error: ...`` line naming the key, option or file, and exit status 2
 (:data:`EXPECTED_ERRORS`: a bad option, config or input, a missing or corrupted file) or 3 (a
-diverged run); they never show a traceback. Anything else is a bug and keeps its traceback. A new command is a function
-registered with ``@command`` in one of the command modules; the logic stays in the library.
-Command modules never import this entry.
+diverged run); they never show a traceback. Anything else is a bug and keeps its traceback. A
+new command is a function registered with ``@command`` in one of the command modules; the logic
+stays in the library. Command modules never import this entry.
 """
 
 from __future__ import annotations
