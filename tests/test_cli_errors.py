@@ -34,6 +34,19 @@ def _prepared(folder: Path, images: np.ndarray) -> Path:
     return folder
 
 
+def _huge_npz(dst: Path, src: Path) -> None:
+    """``src`` (a samples file) with its images' .npy header claiming 10^12 images (10 bytes
+    follow): reading it would need terabytes."""
+    import io
+    import zipfile
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "|u1", "fortran_order": False, "shape": (10**12, 8, 8, 1)})
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            zout.writestr(name, head.getvalue() + b"0123456789" if name == "images.npy" else zin.read(name))
+
+
 @pytest.fixture(scope="module")
 def inputs(tiny_artifacts, digits_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bad-inputs")
@@ -54,6 +67,9 @@ def inputs(tiny_artifacts, digits_dir, tmp_path_factory):
     f["garbled_py"].write_bytes(bytes(range(256)) * 8)
     f["failing_py"].write_text("# %% tags=[\"parameters\"]\nn = 2\n\n# %%\nassert int(n) == 2, f\"shape {n}\"\n")
     save_samples(f["rgb_samples"], np.zeros((16, 4, 4, 3), np.uint8), list(range(16)), {"method": "ddim"})
+    f["huge_samples"], f["deep_json"] = tmp / "huge.npz", tmp / "deep.json"
+    _huge_npz(f["huge_samples"], f["rgb_samples"])
+    f["deep_json"].write_text("[" * 100_000 + "]" * 100_000)
     prof = json.loads(a.profile.read_text())
     f["nan_profile"].write_text(json.dumps({**prof, "eps_mse": [float("nan")] * len(prof["eps_mse"])}))
     f["uneven_profile"].write_text(json.dumps({**prof, "eps_mse": prof["eps_mse"][:-1]}))
@@ -115,7 +131,8 @@ def _table(f) -> dict[tuple[str, str], list]:
         ("evaluate", "empty"): ["evaluate", "--samples", f["empty_file"], "--reference", ref, "--out", out / "m.json", *ev],
         ("evaluate", "out of range"): ["evaluate", "--samples", smp, "--reference", ref, "--out", out / "m.json",
                                        "--set", "eval.num_samples=1000", *ev],
-        ("evaluate", "garbled"): ["evaluate", "--samples", f["garbled"], "--reference", ref, "--out", out / "m.json", *ev],
+        ("evaluate", "garbled"): ["evaluate", "--samples", f["huge_samples"], "--reference", ref, "--out",
+                                  out / "m.json", *ev],
         ("evaluate", "wrong shape"): ["evaluate", "--samples", f["rgb_samples"], "--reference", ref, "--out",
                                       out / "m.json", *ev],
         ("evaluate-snapshots", "empty"): ["evaluate-snapshots", "--snapshots", f["empty_dir"], "--reference", ref,
@@ -145,7 +162,7 @@ def _table(f) -> dict[tuple[str, str], list]:
                                           "--slots", slots, "--out", out / "i.json"],
         ("interference-control", "empty"): ic(ctl="0="),
         ("interference-control", "out of range"): ic(ft=f"0:9={prof}"),
-        ("interference-control", "garbled"): ic(ref_=f["garbled"]),
+        ("interference-control", "garbled"): ic(ref_=f["deep_json"]),
         ("interference-control", "wrong shape"): ic(ft=f"0:x={prof}"),
         ("predictions-profile", "empty"): ["predictions-profile", "--models", f"eps={model}", "--data",
                                            f["empty_data"], "--out", out / "pp.json", *bank],

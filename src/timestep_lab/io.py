@@ -169,6 +169,8 @@ def read_json(path: str | Path) -> Any:
         raise ArtifactError(f"{path}: not a JSON file (its bytes are not UTF-8 text)") from None
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path}: corrupted JSON ({exc})") from None
+    except RecursionError:
+        raise ArtifactError(f"{path}: corrupted JSON (nested too deeply)") from None
     except OSError as exc:  # a folder, no permission
         raise ArtifactError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
@@ -267,6 +269,8 @@ def read_npz_member(path: str | Path, z: Any, name: str, digests: Mapping[str, s
         raise ArtifactError(f"{path}: has no '{name}'") from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise ArtifactError(f"{path}: corrupted ('{name}' cannot be read: {exc})") from None
+    except MemoryError:  # its header claims a size no machine holds
+        raise ArtifactError(f"{path}: corrupted ('{name}' claims more memory than this machine has)") from None
     if array_sha256(arr) != digests.get(name):
         raise ArtifactError(f"{path}: corrupted: the sha256 of '{name}' differs from the one recorded when it was "
                             f"written")

@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     except EXPECTED_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except MemoryError:  # e.g. an array header that claims terabytes: a damaged input, or too big a job
+        print(f"error: {args.command}: out of memory (an input may be damaged, or too large for this machine)",
+              file=sys.stderr)
+        return 2
     except NonFiniteLossError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
