@@ -36,6 +36,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.reporting.notebook import (
+    code_text,
     load_study,
     read_log,
     setup,
@@ -55,7 +56,7 @@ if proto is not None:
         f"vs {int(proto['num_reference'])} reference images; reverse sampler {proto['method']} with {int(proto['steps'])} "
         f"steps, {'EMA' if proto['ema'] else 'raw'} weights, seeds `base + i`. Progress points use the same sampler on "
         f"fewer samples ({int(progress['num_generated'].iloc[0]) if len(progress) else 'n/a'}). Variants are "
-        f"`timestep sampler + loss weighting`; spread is over training seeds."))
+        f"`timestep sampler + loss weighting`; spread is over training seeds. Code: {code_text(final)}."))
 study.show_failed(" (excluded from means)")
 show_verdicts(verdicts, ["speed_faster", "speed_sampling_alone", "adaptive_faster", "adaptive_converges_better",
                          "clts_faster"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,11 +52,47 @@ def tiny_cfg(digits_dir) -> RunConfig:
     return tiny_config(digits_dir)
 
 
+@dataclass(frozen=True)
+class TinyArtifacts:
+    """One of every artifact the pipeline writes and reads back, made once per session through
+    the command line at tiny sizes (tests/test_artifacts.py, tests/test_cli_errors.py)."""
+
+    config: Path  # run config of ``run``
+    run: Path  # model.pt, snapshots/snapshot-*.pt, train_state/checkpoint.pt
+    cnn: Path  # digits-CNN weights (train-features, 1 epoch)
+    reference: Path  # reference statistics of 64 training images
+    samples: Path  # 16 samples of run/model.pt
+    profile: Path  # loss profile of run/model.pt (32 images, stride 10)
+    slots: Path  # 3 slots of that profile
+
+
+@pytest.fixture(scope="session")
+def tiny_artifacts(digits_dir, digits_test_dir, tmp_path_factory) -> TinyArtifacts:
+    from timestep_lab.cli import main
+    from timestep_lab.config import dump_config
+
+    root = tmp_path_factory.mktemp("artifacts")
+    a = TinyArtifacts(root / "run.yaml", root / "run", root / "cnn.pt", root / "ref.npz", root / "samples.npz",
+                      root / "profile.json", root / "slots.json")
+    dump_config(tiny_config(digits_dir, train={"total_kimg": 0.32, "snapshot_every_kimg": 0.16}), a.config)
+    common = ["--threads", "1", "--no-progress"]
+    for argv in (["train", "--config", a.config, "--out", a.run, *common],
+                 ["train-features", "--data", digits_dir, "--test-data", digits_test_dir, "--out", a.cnn, "--epochs", "1"],
+                 ["reference-stats", "--data", digits_dir, "--extractor", "digits-cnn", "--weights", a.cnn, "--out",
+                  a.reference, "--max-images", "64", *common],
+                 ["sample", "--model", a.run / "model.pt", "--out", a.samples, "--set", "sample.num_samples=16",
+                  "--set", "sample.steps=2", *common],
+                 ["profile", "--model", a.run / "model.pt", "--data", digits_dir, "--out", a.profile, "--num-images",
+                  "32", "--stride", "10", *common],
+                 ["slots", "--profile", a.profile, "--n-slots", "3", "--out", a.slots]):
+        assert main([str(x) for x in argv]) == 0, argv
+    return a
+
+
 # --------------------------------------------------------------------------------------------
 # A throwaway single-node SLURM cluster, and the smoke study run once per session (through
 # SLURM when the cluster can be had, else locally). tests/test_slurm.py and workflow tests.
 
-from dataclasses import dataclass  # noqa: E402
 
 # `make test` runs two xdist workers: every test that uses slurm_cluster or smoke_study (directly or
 # not) runs in one of them, first (xdist group "study", tests/xdist_groups.py)

@@ -282,7 +282,7 @@ def _same_samples_and_metrics(a: Path, b: Path) -> dict:
     """Assert two run folders hold the same samples (every array, the metadata) and the same
     metrics.json (every value; only ``samples_file`` names its own folder); return a's metrics."""
     with np.load(a / "samples.npz") as za, np.load(b / "samples.npz") as zb:
-        assert sorted(za.files) == sorted(zb.files) == ["images", "meta", "seeds"]
+        assert sorted(za.files) == sorted(zb.files) == ["images", "meta", "seeds", "sha256"]
         for key in za.files:
             assert np.array_equal(za[key], zb[key]), key
     ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (a, b))

@@ -286,7 +286,7 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
             break
         time.sleep(0.2)
     assert victim is not None, "the baseline never reached its first checkpoints"
-    pids = subprocess.run(["pgrep", "-f", f"timestep_lab train --config {victim.relative_to(root)}/"],
+    pids = subprocess.run(["pgrep", "-f", f"timestep_lab train --config={victim.relative_to(root)}/"],
                           capture_output=True, text=True).stdout.split()
     assert pids, "the training process was not found"
     for pid in pids:
@@ -304,10 +304,10 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
     # the rest of the study went on (keep-going): the diverging run was trained and scored
     assert list(runs.glob("speed_*/metrics.json")), _tail(first_log)
     # a local run forks its jobs from the warm-start server: the killed one is a client whose
-    # job the server ended (SIGTERM); every other job ran warm (onstart waits for the server, so
-    # none started before it listened)
+    # job the server ended (SIGKILL, as the job it stands for was); every other job ran warm
+    # (onstart waits for the server, so none started before it listened)
     warm_log = (root / "logs" / "faults" / "warm_start.log").read_text()
-    assert f"signal {signal.SIGTERM} after" in warm_log and "exit 0 after" in warm_log, warm_log
+    assert f"signal {signal.SIGKILL} after" in warm_log and "exit 0 after" in warm_log, warm_log
     usage = _job_starts(root / "logs" / "faults")
     assert len(usage) >= 10 and set(usage) == {" start=warm"}, usage
 

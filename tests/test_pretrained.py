@@ -256,13 +256,14 @@ def test_load_our_own_model_file(tmp_path):
     from timestep_lab.checkpoints import MODEL_FORMAT
     from timestep_lab.components import build_model
     from timestep_lab.config import config_from_dict, config_to_dict
+    from timestep_lab.io import save_torch
 
     cfg = config_from_dict({"model": {"channels": 8, "channel_mult": [1, 2], "num_res_blocks": 1, "norm_groups": 4},
                             "diffusion": {"num_timesteps": 100, "prediction": "v"}}, "test")
     torch.manual_seed(2)
     model = build_model(cfg, 8, 1)
     path = tmp_path / "model.pt"
-    torch.save({"format": MODEL_FORMAT, "config": config_to_dict(cfg), "image_size": 8, "channels": 1,
+    save_torch({"format": MODEL_FORMAT, "config": config_to_dict(cfg), "image_size": 8, "channels": 1,
                 "model": model.state_dict(), "ema": model.state_dict()}, path)
     net, info = load_pretrained(path, "timestep_lab")
     x = torch.randn(2, 1, 8, 8)

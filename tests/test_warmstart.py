@@ -34,11 +34,11 @@ def _env(**extra) -> dict[str, str]:
 
 
 class _Server:
-    def __init__(self, tmp: Path, *args: str):
+    def __init__(self, tmp: Path, *args: str, env: dict[str, str] | None = None):
         self.socket, self.log = str(tmp / "s"), tmp / "server.log"
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "timestep_lab.warmstart.server", "--socket", self.socket,
-                                          *args], stdin=subprocess.PIPE, stdout=log, stderr=log, env=_env(),
+                                          *args], stdin=subprocess.PIPE, stdout=log, stderr=log, env=env or _env(),
                                          start_new_session=True)
         deadline = time.time() + 120
         while not os.path.exists(self.socket):
@@ -116,6 +116,14 @@ def _pid_from(path: Path, proc: subprocess.Popen) -> int:
     return int(path.read_text())
 
 
+def _dead(pid: int) -> bool:
+    """Ended: no such process, or a zombie waiting for its new parent to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 def _gone(pid: int, within_s: float = 15) -> bool:
     deadline = time.time() + within_s
     while time.time() < deadline:
@@ -156,6 +164,96 @@ def test_the_server_ends_with_its_parent_and_takes_running_jobs(tmp_path):
     assert _gone(job) and client.wait(timeout=30) == 128 + signal.SIGTERM
     assert not os.path.exists(server.socket)
     assert "timestep_lab warm-start server usage: cpu_s=" in server.log.read_text()
+
+
+def test_a_killed_server_takes_its_worker_before_the_client_returns(tmp_path):
+    """The server SIGKILLed mid-job (issue: its worker ran on and wrote model.pt after snakemake
+    had failed): the worker dies with it, and the client reports the failure only once the
+    worker is dead, so nothing is written after Snakemake sees the job end."""
+    server = _Server(tmp_path, "--entry", "warm_probe:main", "--no-preload")
+    out, err = tmp_path / "ticks", tmp_path / "client.err"
+    with open(err, "w") as fh:  # a file, not a pipe: the worker holds the client's stderr too
+        client = subprocess.Popen([sys.executable, "-m", "timestep_lab", "tick", str(tmp_path / "pid"), str(out)],
+                                  env=_env(**{SOCKET_ENV: server.socket}), stderr=fh)
+    job = _pid_from(tmp_path / "pid", client)
+    while not out.exists() or out.stat().st_size < 3:  # it is writing
+        time.sleep(0.01)
+    server.proc.kill()
+    server.proc.wait()
+    try:
+        assert client.wait(timeout=60) == 1 and "closed the connection" in err.read_text()
+        assert _dead(job), "the worker outlived its server"  # already when the client returned
+    finally:
+        if not _dead(job):
+            os.kill(job, signal.SIGKILL)
+    size = out.stat().st_size
+    time.sleep(0.3)
+    assert out.stat().st_size == size
+
+
+def test_a_job_ignoring_sigterm_dies_with_its_killed_client(probe_server, tmp_path):
+    client = subprocess.Popen([sys.executable, "-m", "timestep_lab", "sleep", str(tmp_path / "pid"), "ignore-term"],
+                              env=_env(**{SOCKET_ENV: probe_server.socket}))
+    job = _pid_from(tmp_path / "pid", client)
+    client.kill()
+    client.wait()
+    try:
+        assert _gone(job), "the job outlived its SIGKILLed client"
+    finally:
+        if not _dead(job):
+            os.kill(job, signal.SIGKILL)
+
+
+def test_the_server_stops_forking_once_a_file_of_the_package_changes(tmp_path):
+    """Jobs forked after an edit would run the server's old code: once any file of the package
+    differs, every request is answered 'fresh' and the job runs in its own process."""
+    import shutil
+
+    pkg = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "timestep_lab", pkg / "timestep_lab", ignore=shutil.ignore_patterns("__pycache__"))
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([str(pkg), str(TESTS)])
+    server = _Server(tmp_path, "--entry", "warm_probe:main", "--no-preload", env=env)
+    try:
+        job = lambda: subprocess.run([sys.executable, "-m", "timestep_lab", "exit", "0"], capture_output=True,  # noqa: E731
+                                     text=True, env={**env, SOCKET_ENV: server.socket}, timeout=120)
+        assert job().returncode == 0  # forked: the probe entry knows "exit"
+        (pkg / "timestep_lab" / "stats.py").write_text((pkg / "timestep_lab" / "stats.py").read_text() + "# edited\n")
+        fresh = job()  # fresh: the real CLI has no command "exit"
+        assert fresh.returncode == 2 and "invalid choice: 'exit'" in fresh.stderr, fresh.stderr
+        assert job().returncode == 2  # and stays so
+    finally:
+        assert server.stop() == 0
+    log = server.log.read_text()
+    assert log.count("exit 0 after") == 1 and "package changed since the server started (stats.py)" in log, log
+
+
+def test_the_socket_folder_goes_when_snakemake_is_killed_and_stale_ones_at_the_next_start(tmp_path):
+    """A SIGKILLed snakemake never calls stop: the server removes its folder when it ends; a
+    folder left by a dead maker (both killed) is removed by the next start."""
+    from timestep_lab.workflow.warm import FOLDER_PREFIX
+
+    holder = subprocess.run([sys.executable, "-c", (
+        "import os, signal; from timestep_lab.workflow.warm import WarmStart; "
+        f"w = WarmStart({str(tmp_path / 'w.log')!r}, tmp_dir={str(tmp_path)!r}, preload=False); w.start(); "
+        "print(w.dir, flush=True); os.kill(os.getpid(), signal.SIGKILL)")], env=_env(), capture_output=True, text=True,
+        timeout=120)
+    folder = Path(holder.stdout.strip())
+    assert holder.returncode == -signal.SIGKILL and folder.name.startswith(FOLDER_PREFIX), holder
+    deadline = time.time() + 60
+    while folder.exists() and time.time() < deadline:  # the server saw its stdin close
+        time.sleep(0.05)
+    assert not folder.exists()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale, live = tmp_path / f"{FOLDER_PREFIX}{int(dead.stdout)}-x", tmp_path / f"{FOLDER_PREFIX}{os.getpid()}-y"
+    for d in (stale, live):
+        d.mkdir()
+        (d / "socket").touch()
+    w = WarmStart(tmp_path / "w.log", tmp_dir=tmp_path, preload=False)
+    w.start()
+    own = Path(w.dir)
+    w.stop()
+    assert not stale.exists() and live.exists() and not own.exists()
 
 
 def test_without_a_server_the_command_starts_itself(tmp_path):
@@ -233,7 +331,8 @@ def test_a_job_that_cannot_become_the_request_fails_with_its_reason(probe_server
     the fork): exit 1 with the reason on the job's stderr, and the server goes on serving."""
     code = ("import socket, sys; from timestep_lab.warmstart.protocol import send_request; "
             "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
-            "send_request(s, ['x', 'exit', '0'], sys.argv[2], {}); print(s.recv(64).decode().strip())")
+            "send_request(s, ['x', 'exit', '0'], sys.argv[2], {}); "
+            "print(b''.join(iter(lambda: s.recv(64), b'')).decode().strip().splitlines()[-1])")
     r = subprocess.run([sys.executable, "-c", code, probe_server.socket, str(tmp_path / "gone")], env=_env(),
                        capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "exit 1" and "FileNotFoundError" in r.stderr, (r.stdout, r.stderr)

@@ -3,7 +3,9 @@ tests/warm_probe.py MODE ...``) or as the warm-start server's entry (``--entry w
 
 Modes: ``report`` prints one JSON object (argv, cwd, environment, temp dir, torch's thread count,
 the default generator's next draws, stdin, signal dispositions); ``exit N`` returns N; ``raise``
-raises; ``sleep PIDFILE`` writes its pid and sleeps until a signal ends it.
+raises; ``sleep PIDFILE [ignore-term]`` writes its pid and sleeps until a signal ends it (SIGTERM
+ignored with ``ignore-term``); ``tick PIDFILE FILE`` writes its pid, then appends a byte to FILE
+every 10 ms until a signal ends it (a job that keeps writing).
 """
 
 from __future__ import annotations
@@ -53,11 +55,19 @@ def main(argv: list[str], warm: bool = False) -> int:
         return int(argv[1])
     if mode == "raise":
         raise RuntimeError("probe failure")
-    if mode == "sleep":
+    if mode in ("sleep", "tick"):
+        if argv[2:] == ["ignore-term"]:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         with open(argv[1] + ".tmp", "w") as fh:
             fh.write(str(os.getpid()))
         os.replace(argv[1] + ".tmp", argv[1])
-        time.sleep(600)
+        if mode == "sleep":
+            time.sleep(600)
+        deadline = time.monotonic() + 600
+        while mode == "tick" and time.monotonic() < deadline:
+            with open(argv[2], "ab") as fh:
+                fh.write(b"x")
+            time.sleep(0.01)
         return 0
     raise SystemExit(f"unknown mode {mode}")
 

@@ -8,12 +8,19 @@ helpers in ``timestep_lab.io``; both are torch-free too.)
 
 from __future__ import annotations
 
-__all__ = ["EXIT_RESUMABLE", "NonFiniteLossError"]
+__all__ = ["EXIT_RESUMABLE", "NonFiniteLossError", "InputError"]
 
 #: exit status of a ``train`` that a signal (SIGTERM: a time limit, a cancellation) stopped after
 #: it saved its state: rerun it to continue (``EX_TEMPFAIL`` of sysexits.h, "try again later").
 #: Snakemake counts it as a failed job and resubmits it (the cluster profile's ``retries``).
 EXIT_RESUMABLE = 75
+
+
+class InputError(ValueError):
+    """What a function was given cannot be used: an empty image set, a slot number out of range,
+    a profile that is not finite (the message says which value). Raised by library code for
+    inputs a user chose; the command line reports it as one ``error:`` line, exit status 2.
+    (A ``ValueError`` that is not an ``InputError`` is a bug and keeps its traceback.)"""
 
 
 class NonFiniteLossError(RuntimeError):

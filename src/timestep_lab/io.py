@@ -1,8 +1,18 @@
-"""Atomic file writes, hashing and safe checkpoint loading.
+"""Atomic file writes, hashing, checked artifacts and safe checkpoint loading.
 
 Every artifact is written to a temporary file in the destination folder, flushed and
 fsync'ed, then renamed over the destination: a reader never sees a half-written file, and a
 failed write (disk full, kill) leaves the previous version in place.
+
+Every artifact the pipeline writes and reads back carries the sha256 of its content inside
+itself, and loading checks it (docs/design.md §6): a dict saved by :func:`save_torch` (model,
+snapshots, training state, the digits CNN) gets :data:`CHECKSUM_KEY`, the sha256 of the rest of
+the dict (:func:`timestep_lab.checksums.content_sha256`: every key, value, and tensor's dtype,
+shape and bytes); an ``.npz`` written by :func:`save_npz` (samples, reference statistics) gets
+a member :data:`~timestep_lab.checksums.NPZ_CHECKSUMS` holding each other member's sha256, checked when
+that member is read (:func:`read_npz_member`). A flipped bit or a truncated file is an
+:class:`ArtifactError` naming the file, never a different result. The checksum is a function of
+the content only, so the same content still gives the same bytes.
 
 Checkpoints are loaded with ``torch.load(..., weights_only=True)`` only: a pickle that tries
 to run code is refused with :class:`UnsafeCheckpointError`.
@@ -20,7 +30,9 @@ import tempfile
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
+
+from timestep_lab.checksums import CHECKSUM_KEY, NPZ_CHECKSUMS, array_sha256, content_sha256
 
 __all__ = [
     "ArtifactError",
@@ -35,6 +47,9 @@ __all__ = [
     "save_torch",
     "load_torch",
     "read_json",
+    "save_npz",
+    "npz_checksums",
+    "read_npz_member",
 ]
 
 
@@ -114,7 +129,26 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    """``obj`` as JSON, atomically; a NaN or infinity (not JSON, and never a result) is refused:
+    :class:`ArtifactError` naming the file and the key, nothing written."""
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default, allow_nan=False)
+    except ValueError:
+        where = _non_finite(json.loads(json.dumps(obj, default=_json_default)))
+        raise ArtifactError(f"{path}: not written: {where or 'a value'} is not a finite number") from None
+    atomic_write_text(path, text + "\n")
+
+
+def _non_finite(obj: Any, where: str = "") -> str | None:
+    """The dotted key of the first NaN or infinity in ``obj`` (a JSON value), or None."""
+    if isinstance(obj, float) and not (obj == obj and abs(obj) != float("inf")):
+        return where or "the value"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{where}.{k}" if where else str(k))
+        if found:
+            return found
+    return None
 
 
 def _json_default(obj: Any) -> Any:
@@ -135,6 +169,8 @@ def read_json(path: str | Path) -> Any:
         raise ArtifactError(f"{path}: not a JSON file (its bytes are not UTF-8 text)") from None
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path}: corrupted JSON ({exc})") from None
+    except RecursionError:
+        raise ArtifactError(f"{path}: corrupted JSON (nested too deeply)") from None
     except OSError as exc:  # a folder, no permission
         raise ArtifactError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
@@ -194,9 +230,57 @@ def _stable_serialization_id(buf: bytearray) -> None:
             buf[p:p + 4] = new_crc
 
 
+def save_npz(path: str | Path, arrays: Mapping[str, Any]) -> None:
+    """``np.savez`` atomically, with the member :data:`NPZ_CHECKSUMS` (each array's sha256)."""
+    import numpy as np
+
+    if NPZ_CHECKSUMS in arrays:
+        raise ValueError(f"'{NPZ_CHECKSUMS}' is reserved for the checksums")
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    digests = {k: array_sha256(v) for k, v in arrays.items()}
+    with atomic_path(path, suffix=".npz") as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays, **{NPZ_CHECKSUMS: np.array(json.dumps(digests, sort_keys=True))})
+
+
+def npz_checksums(path: str | Path, z: Any) -> dict[str, str]:
+    """The checksums recorded in the open ``np.load`` archive ``z`` of ``path``.
+
+    :raises ArtifactError: none recorded (not written by :func:`save_npz`) or unreadable."""
+    if NPZ_CHECKSUMS not in z.files:
+        raise ArtifactError(f"{path}: carries no checksums (not written by this version of timestep_lab); "
+                            f"write it again")
+    try:
+        digests = json.loads(str(z[NPZ_CHECKSUMS]))
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ArtifactError(f"{path}: corrupted (its checksums cannot be read: {exc})") from None
+    if not isinstance(digests, dict) or set(digests) != set(z.files) - {NPZ_CHECKSUMS}:
+        raise ArtifactError(f"{path}: corrupted (its checksums do not list its members)")
+    return digests
+
+
+def read_npz_member(path: str | Path, z: Any, name: str, digests: Mapping[str, str]) -> Any:
+    """Member ``name`` of the open archive ``z``, checked against ``digests`` (:func:`npz_checksums`).
+
+    :raises ArtifactError: missing, unreadable, or not the bytes that were written."""
+    try:
+        arr = z[name]
+    except KeyError:
+        raise ArtifactError(f"{path}: has no '{name}'") from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ArtifactError(f"{path}: corrupted ('{name}' cannot be read: {exc})") from None
+    except MemoryError:  # its header claims a size no machine holds
+        raise ArtifactError(f"{path}: corrupted ('{name}' claims more memory than this machine has)") from None
+    if array_sha256(arr) != digests.get(name):
+        raise ArtifactError(f"{path}: corrupted: the sha256 of '{name}' differs from the one recorded when it was "
+                            f"written")
+    return arr
+
+
 def save_torch(obj: Any, path: str | Path) -> None:
     """``torch.save`` atomically (tensors, dicts, lists and plain Python values only), byte for
-    byte the same for the same object.
+    byte the same for the same object. A dict gets :data:`CHECKSUM_KEY`, the
+    :func:`content_sha256` of its other items, which :func:`load_torch` checks and removes.
 
     The archive is built in memory from a file object, not a path: given a path, torch names
     the zip's root folder after the (random) temporary file name; given a file object the root
@@ -205,6 +289,10 @@ def save_torch(obj: Any, path: str | Path) -> None:
     """
     import torch
 
+    if isinstance(obj, dict):
+        if CHECKSUM_KEY in obj:
+            raise ValueError(f"'{CHECKSUM_KEY}' is reserved for the checksum")
+        obj = {**obj, CHECKSUM_KEY: content_sha256(obj)}
     mem = io.BytesIO()
     torch.save(obj, mem)
     buf = bytearray(mem.getbuffer())
@@ -214,10 +302,13 @@ def save_torch(obj: Any, path: str | Path) -> None:
 
 
 def load_torch(path: str | Path, map_location: Any = "cpu", check: Callable[[Any], None] | None = None) -> Any:
-    """Load a checkpoint with ``weights_only=True``.
+    """Load a checkpoint with ``weights_only=True``; a dict's :data:`CHECKSUM_KEY` is checked
+    and removed (one of our formats, ``format: timestep_lab.*``, must have one; a foreign
+    checkpoint has none).
 
-    Raises :class:`ArtifactError` naming the file when it is missing, truncated or corrupted,
-    and :class:`UnsafeCheckpointError` when it contains pickled code.
+    Raises :class:`ArtifactError` naming the file when it is missing, truncated or corrupted
+    (its content differs from the checksum recorded when it was written), and
+    :class:`UnsafeCheckpointError` when it contains pickled code.
     """
     import pickle
 
@@ -243,6 +334,14 @@ def load_torch(path: str | Path, map_location: Any = "cpu", check: Callable[[Any
     except (RuntimeError, EOFError, ValueError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else repr(exc)
         raise ArtifactError(f"{path}: corrupted or truncated checkpoint ({first})") from None
+    if isinstance(obj, dict):
+        want = obj.pop(CHECKSUM_KEY, None)
+        if want is None and str(obj.get("format", "")).startswith("timestep_lab."):
+            raise ArtifactError(f"{path}: carries no content checksum (not written by this version of "
+                                f"timestep_lab); write it again")
+        if want is not None and content_sha256(obj) != want:
+            raise ArtifactError(f"{path}: corrupted: the sha256 of its content differs from the one recorded when "
+                                f"it was written")
     if check is not None:
         check(obj)
     return obj

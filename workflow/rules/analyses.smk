@@ -25,8 +25,8 @@ rule profile_losses:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab profile --model {params.model:q} --format {params.fmt:q} --data {params.data:q}"
-        " {params.bank:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab profile --model={params.model:q} --format={params.fmt:q} --data={params.data:q}"
+        " {params.bank:q} --out={output:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule slots:
@@ -44,7 +44,7 @@ rule slots:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab slots --profile {input:q} --n-slots {params.n:q} --out {output:q} > {log:q} 2>&1"
+        "python -m timestep_lab slots --profile={input:q} --n-slots={params.n:q} --out={output:q} > {log:q} 2>&1"
 
 
 rule interference:
@@ -66,8 +66,8 @@ rule interference:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab interference --reference {input.reference:q} --finetuned {params.pairs:q}"
-        " --slots {input.slots:q} --out {output:q} > {log:q} 2>&1"
+        "python -m timestep_lab interference --reference={input.reference:q} --finetuned {params.pairs:q}"
+        " --slots={input.slots:q} --out={output:q} > {log:q} 2>&1"
 
 
 rule interference_control:
@@ -91,8 +91,8 @@ rule interference_control:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab interference-control --reference {input.reference:q} --finetuned {params.finetuned:q}"
-        " --controls {params.controls:q} --slots {input.slots:q} --out {output:q} > {log:q} 2>&1"
+        "python -m timestep_lab interference-control --reference={input.reference:q} --finetuned {params.finetuned:q}"
+        " --controls {params.controls:q} --slots={input.slots:q} --out={output:q} > {log:q} 2>&1"
 
 
 rule sample_score_contribution:
@@ -110,7 +110,7 @@ rule sample_score_contribution:
     params:
         model=lambda wc: model_path("reference"),
         fmt=model_format("reference"),
-        gt=lambda wc: ["--gt-data", prepared(config["data"]["test_split"] or config["data"]["train_split"]),
+        gt=lambda wc: [f"--gt-data={prepared(config['data']['test_split'] or config['data']['train_split'])}",
                        "--gt-range", str(CONTRIB_RANGES[wc.label][0]), str(CONTRIB_RANGES[wc.label][1])]
         if CONTRIB_RANGES[wc.label] else [],
         sets=eval_sample_overrides(AN.get("timestep_contribution", {}).get("num_samples", 500)),
@@ -125,9 +125,9 @@ rule sample_score_contribution:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab sample-score --model {params.model:q} --format {params.fmt:q} {params.gt:q}"
-        " --out {output.npz:q} --grid {output.png:q} {params.sets:q} --reference {input.reference:q}"
-        " {params.weights:q} --metrics {output.metrics:q} --threads {threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab sample-score --model={params.model:q} --format={params.fmt:q} {params.gt:q}"
+        " --out={output.npz:q} --grid={output.png:q} {params.sets:q} --reference={input.reference:q}"
+        " {params.weights:q} --metrics={output.metrics:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule posterior:
@@ -147,8 +147,8 @@ rule posterior:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab posterior --model {params.model:q} --format {params.fmt:q} --ranges {params.ranges:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        "python -m timestep_lab posterior --model={params.model:q} --format={params.fmt:q} --ranges {params.ranges:q}"
+        " --out={output:q} > {log:q} 2>&1"
 
 
 rule profile_predictions:
@@ -172,8 +172,8 @@ rule profile_predictions:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab predictions-profile --models {params.models:q} --data {params.data:q} {params.bank:q}"
-        " --out {output:q} --threads {threads} > {log:q} 2>&1"
+        "python -m timestep_lab predictions-profile --models {params.models:q} --data={params.data:q} {params.bank:q}"
+        " --out={output:q} --threads={threads} > {log:q} 2>&1"
 
 
 rule consistency:
@@ -193,4 +193,4 @@ rule consistency:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab consistency --samples {params.samples:q} {params.weights:q} --out {output:q} > {log:q} 2>&1"
+        "python -m timestep_lab consistency --samples {params.samples:q} {params.weights:q} --out={output:q} > {log:q} 2>&1"

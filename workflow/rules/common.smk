@@ -14,6 +14,8 @@ from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
 CONFIG_SOURCE = str((workflow.overwrite_configfiles or workflow.configfiles or ["config"])[-1])
 if os.path.isabs(CONFIG_SOURCE) and not os.path.relpath(CONFIG_SOURCE).startswith(".."):
     CONFIG_SOURCE = os.path.relpath(CONFIG_SOURCE)  # a moved or cloned project reruns nothing
+if W.config_source_error(CONFIG_SOURCE):  # an input of the estimate job: a brace would be a wildcard
+    sys.exit(f"error: {W.config_source_error(CONFIG_SOURCE)}")
 
 
 def config_error(exc):
@@ -161,7 +163,8 @@ def feature_weights_input():
 # Every value pasted into a shell command goes through the `q` format spec (shell-quoted; a list
 # is quoted element by element), so helpers that build several arguments return lists, never
 # pre-joined strings: no config value is read by the shell as code, a path with a space stays one
-# argument (tests/test_injection.py).
+# argument. An option with a value is one word, `--flag=value`, so a value starting with '-'
+# stays a value (tests/test_injection.py renders every rule's command).
 
 
 def weights_arg():
@@ -174,7 +177,7 @@ def eval_sample_overrides(num_samples, run="reference"):
     s = W.eval_sample(config["evaluation"], RUNS[run].config if run in RUNS else {})
     sets = [f"sample.num_samples={num_samples}"]
     sets += [f"sample.{k}={'null' if v is None else v}" for k, v in s.items()]
-    return [arg for x in sets for arg in ("--set", x)]
+    return [f"--set={x}" for x in sets]
 
 
 def final_outputs():
@@ -203,11 +206,11 @@ def model_format(run):
 
 def profile_args(run):
     p = PROFILE
-    args = ["--num-images", p.get("num_images", 256), "--stride", p.get("stride", 1), "--seed", p.get("seed", 1234),
-            "--batch-size", p.get("batch_size", 256)]
+    args = {"num-images": p.get("num_images", 256), "stride": p.get("stride", 1), "seed": p.get("seed", 1234),
+            "batch-size": p.get("batch_size", 256)}
     if run == "reference":  # gradient-norm variance only for the reference model
-        args += ["--grad-timesteps", p.get("grad_timesteps", 0), "--grad-samples", p.get("grad_samples", 16)]
-    return [str(a) for a in args]
+        args.update({"grad-timesteps": p.get("grad_timesteps", 0), "grad-samples": p.get("grad_samples", 16)})
+    return [f"--{k}={v}" for k, v in args.items()]
 
 
 def finetune_runs(seed=None):

@@ -18,5 +18,5 @@ rule prepare_data:
     conda:
         "../../envs/conda.yaml"
     shell:  # every value quoted (:q); optional flags are lists, empty when unset
-        "python -m timestep_lab prepare {params.dataset:q} --split {params.split:q} --out {params.out:q}"
+        "python -m timestep_lab prepare {params.dataset:q} --split={params.split:q} --out={params.out:q}"
         " {params.source:q} {params.resolution:q} > {log:q} 2>&1"

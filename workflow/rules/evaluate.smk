@@ -23,9 +23,8 @@ rule train_features:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab train-features --extractor {params.extractor:q} --data {params.train:q}"
-        " --test-data {params.test:q} --out {output:q}"
-        " --threads {threads} > {log:q} 2>&1"
+        "python -m timestep_lab train-features --extractor={params.extractor:q} --data={params.train:q}"
+        " --test-data={params.test:q} --out={output:q} --threads={threads} > {log:q} 2>&1"
 
 
 rule reference_stats:
@@ -49,8 +48,8 @@ rule reference_stats:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab reference-stats --data {params.data:q} --extractor {params.extractor:q} {params.weights:q}"
-        " {params.max_images:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab reference-stats --data={params.data:q} --extractor={params.extractor:q} {params.weights:q}"
+        " {params.max_images:q} --out={output:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule floor:
@@ -77,8 +76,8 @@ rule floor:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab floor --data {params.data:q} --reference {input.reference:q} {params.weights:q}"
-        " {params.num_samples:q} --out {output:q} --threads {threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab floor --data={params.data:q} --reference={input.reference:q} {params.weights:q}"
+        " {params.num_samples:q} --out={output:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule sample_score:
@@ -107,9 +106,9 @@ rule sample_score:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab sample-score --model {params.model:q} --out {output.npz:q} --grid {output.png:q}"
-        " {params.sets:q} --reference {input.reference:q} {params.weights:q} --metrics {output.metrics:q}"
-        " --threads {threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab sample-score --model={params.model:q} --out={output.npz:q} --grid={output.png:q}"
+        " {params.sets:q} --reference={input.reference:q} {params.weights:q} --metrics={output.metrics:q}"
+        " --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule evaluate_progress:
@@ -134,8 +133,8 @@ rule evaluate_progress:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab evaluate-snapshots --snapshots {input.snapshots:q} --reference {input.reference:q}"
-        " {params.weights:q} {params.sets:q} --out {output:q} --events {params.events:q} --threads {threads}"
+        "python -m timestep_lab evaluate-snapshots --snapshots={input.snapshots:q} --reference={input.reference:q}"
+        " {params.weights:q} {params.sets:q} --out={output:q} --events={params.events:q} --threads={threads}"
         " --no-progress > {log:q} 2>&1"
 
 

@@ -61,7 +61,7 @@ rule report:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab report --notebook {input.notebook:q} --out {output.html:q} {params.args:q} > {log:q} 2>&1"
+        "python -m timestep_lab report --notebook={input.notebook:q} --out={output.html:q} {params.args:q} > {log:q} 2>&1"
 
 
 rule index:
@@ -106,4 +106,4 @@ rule estimate:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab estimate {input:q} --out {output:q} --no-record > {log} 2>&1"
+        "python -m timestep_lab estimate --out={output:q} --no-record -- {input:q} > {log:q} 2>&1"

@@ -55,5 +55,5 @@ rule train:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "exec {params.launcher:q} train --config {input.cfg:q} --out {params.out:q} --threads {threads}"
-        " --set train.on_nonfinite=record --events {params.events:q} --no-progress > {log:q} 2>&1"
+        "exec {params.launcher:q} train --config={input.cfg:q} --out={params.out:q} --threads={threads}"
+        " --set=train.on_nonfinite=record --events={params.events:q} --no-progress > {log:q} 2>&1"

@@ -1,11 +1,12 @@
 """Command line: ``python -m timestep_lab <command> ...`` -- paths in, paths out, nothing else.
 
 This entry builds the parser from the registry (:data:`timestep_lab.cli.common.COMMANDS`, filled
-by importing the command modules below), dispatches, and turns user errors (bad config, missing or
-corrupted files, a diverged run) into one ``error: ...`` line naming the key or file and exit
-status 2 (config/data) or 3 (diverged); they never show a traceback. A new command is a function
-registered with ``@command`` in one of the command modules; the logic stays in the library.
-Command modules never import this entry.
+by importing the command modules below), dispatches, and is the one place that turns every
+expected failure into one ``error: ...`` line naming the key, option or file, and exit status 2
+(:data:`EXPECTED_ERRORS`: a bad option, config or input, a missing or corrupted file) or 3 (a
+diverged run); they never show a traceback. Anything else is a bug and keeps its traceback. A
+new command is a function registered with ``@command`` in one of the command modules; the logic
+stays in the library. Command modules never import this entry.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 
 from timestep_lab.cli.common import COMMANDS, OUTPUT_OPTIONS, setup_torch
 from timestep_lab.config import ConfigError
-from timestep_lab.errors import NonFiniteLossError
+from timestep_lab.errors import InputError, NonFiniteLossError
 from timestep_lab.io import ArtifactError, check_writable
 from timestep_lab.usage import usage_line
 
@@ -25,11 +26,27 @@ from timestep_lab.usage import usage_line
 from timestep_lab.cli import data, train, generate, evaluate, analyses, report, estimate  # noqa: F401
 # isort: on
 
-__all__ = ["main", "run_command", "COMMANDS", "build_parser"]
+__all__ = ["main", "run_command", "COMMANDS", "build_parser", "EXPECTED_ERRORS"]
+
+#: what a user's input can cause, reported as one ``error:`` line and exit status 2: a config
+#: value (``ConfigError``), a file (``ArtifactError``, its ``DataError``), a value a library
+#: function cannot use (``InputError``), an option (argparse's usage errors, below)
+EXPECTED_ERRORS = (ConfigError, ArtifactError, InputError)
+
+
+class _UsageError(Exception):
+    """argparse's complaint about the command line (it would print the usage and exit)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors become one ``error:`` line through :func:`main`."""
+
+    def error(self, message: str):
+        raise _UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timestep_lab", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m timestep_lab", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add, _ in COMMANDS.values():
@@ -38,7 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except _UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
     try:
@@ -48,8 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(args, "threads"):  # the command takes runtime_args: apply --threads before it imports torch work
             setup_torch(args)
         return int(args._run(args) or 0)
-    except (ConfigError, ArtifactError) as exc:
+    except EXPECTED_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:  # e.g. an array header that claims terabytes: a damaged input, or too big a job
+        print(f"error: {args.command}: out of memory (an input may be damaged, or too large for this machine)",
+              file=sys.stderr)
         return 2
     except NonFiniteLossError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 from pathlib import Path
 
-from timestep_lab.cli.common import FORMATS, command, device, log, runtime_args
+from timestep_lab.cli.common import FORMATS, at_least, command, device, log, runtime_args
 from timestep_lab.config import ConfigError
+from timestep_lab.errors import InputError
 from timestep_lab.io import atomic_write_json
 
 
@@ -30,10 +30,23 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 def _bank_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="prepared images for the fixed bank")
-    p.add_argument("--num-images", type=int, default=256, help="images in the fixed bank")
-    p.add_argument("--stride", type=int, default=1, help="evaluate every stride-th timestep (plus T-1)")
-    p.add_argument("--seed", type=int, default=1234, help="bank and noise seed (same for every model)")
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--num-images", type=at_least(1), default=256, help="images in the fixed bank")
+    p.add_argument("--stride", type=at_least(1), default=1, help="evaluate every stride-th timestep (plus T-1)")
+    p.add_argument("--seed", type=at_least(0), default=1234, help="bank and noise seed (same for every model)")
+    p.add_argument("--batch-size", type=at_least(1), default=256)
+
+
+def _bank_images(data: Path, info: dict):
+    """The prepared images of ``data`` for a model whose ``info`` says its image size and
+    channels; :class:`InputError` naming both when they differ (else a convolution's error)."""
+    from timestep_lab.data import PreparedData
+
+    images = PreparedData(data).images
+    want = (info.get("image_size"), info.get("image_size"), info.get("channels"))
+    if None not in want and tuple(images.shape[1:]) != want:
+        raise InputError(f"{data}: images are {list(images.shape[1:])} (H, W, C), the model {info.get('path')} "
+                         f"takes {list(want)}")
+    return images
 
 
 # ------------------------------------------------------------------------------- profile
@@ -44,8 +57,9 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default="timestep_lab", choices=FORMATS)
     p.add_argument("--out", type=Path, required=True, help="profile JSON to write")
     _bank_args(p)
-    p.add_argument("--grad-timesteps", type=int, default=0, help="timesteps at which to measure gradient-norm variance")
-    p.add_argument("--grad-samples", type=int, default=16, help="single-sample gradients per such timestep")
+    p.add_argument("--grad-timesteps", type=at_least(0), default=0,
+                   help="timesteps at which to measure gradient-norm variance")
+    p.add_argument("--grad-samples", type=at_least(2), default=16, help="single-sample gradients per such timestep")
     runtime_args(p)
 
 
@@ -54,12 +68,11 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     """Loss profile (docs/methods.md 3.1) of --model on a fixed image/noise bank -> JSON."""
     from timestep_lab.checkpoints import load_for_inference
-    from timestep_lab.data import PreparedData
     from timestep_lab.studies import loss_profile, save_profile
 
     dev = device(args)
     m = load_for_inference(args.model, args.format, device=dev)
-    prof = loss_profile(m.net, m.diffusion, m.prediction, PreparedData(args.data).images, num_images=args.num_images,
+    prof = loss_profile(m.net, m.diffusion, m.prediction, _bank_images(args.data, m.info), num_images=args.num_images,
                         stride=args.stride, seed=args.seed, batch_size=args.batch_size, device=dev,
                         grad_timesteps=args.grad_timesteps, grad_samples=args.grad_samples)
     prof["model"] = {k: m.info.get(k) for k in ("path", "format", "sha256", "nimg")}
@@ -73,7 +86,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def _slots_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=Path, required=True, help="profile JSON (from `profile`)")
-    p.add_argument("--n-slots", type=int, default=10)
+    p.add_argument("--n-slots", type=at_least(1), default=10)
     p.add_argument("--key", default="eps_mse", help="which per-t loss to split (eps_mse, vlb_bpd, ...)")
     p.add_argument("--out", type=Path, required=True)
 
@@ -111,10 +124,14 @@ def _interference_args(p: argparse.ArgumentParser) -> None:
 @command("interference", "relative loss change of every slot after fine-tuning on one slot", _interference_args)
 def cmd_interference(args: argparse.Namespace) -> int:
     """Interference matrix (docs/methods.md 3.2): trained slot x evaluated slot, relative change."""
-    from timestep_lab.studies import interference_matrix, load_profile
+    from timestep_lab.studies import interference_matrix, load_profile, load_slots
 
-    finetuned = {int(k): load_profile(v) for k, v in _pairs(args.finetuned, "--finetuned").items()}
-    slots = json.loads(Path(args.slots).read_text())["slots"]
+    pairs = _pairs(args.finetuned, "--finetuned")
+    bad = [k for k in pairs if not k.isdigit()]
+    if bad:
+        raise ConfigError(f"--finetuned: expected SLOT=PROFILE with a 1-based slot number, got {bad[0]}={pairs[bad[0]]}")
+    finetuned = {int(k): load_profile(v) for k, v in pairs.items()}
+    slots = load_slots(args.slots)
     result = interference_matrix(load_profile(args.reference), finetuned, slots)
     atomic_write_json(args.out, result)
     big = result["largest_off_diagonal"]
@@ -168,16 +185,16 @@ def _predictions_profile_args(p: argparse.ArgumentParser) -> None:
 def cmd_predictions_profile(args: argparse.Namespace) -> int:
     """x0 error per timestep of each model, and which prediction type wins where (docs/methods.md 3.5)."""
     from timestep_lab.checkpoints import load_for_inference
-    from timestep_lab.data import PreparedData
     from timestep_lab.studies import x0_error_profile
 
     dev = device(args)
-    models, diffusion = {}, None
+    models, diffusion, images = {}, None, None
     for name, path in _pairs(args.models, "--models").items():
         m = load_for_inference(path, device=dev)
         models[name] = (m.net, m.prediction)
         diffusion = diffusion or m.diffusion
-    result = x0_error_profile(models, diffusion, PreparedData(args.data).images, num_images=args.num_images,
+        images = _bank_images(args.data, m.info)
+    result = x0_error_profile(models, diffusion, images, num_images=args.num_images,
                               stride=args.stride, seed=args.seed, batch_size=args.batch_size, device=dev)
     atomic_write_json(args.out, result)
     return 0
@@ -201,6 +218,8 @@ def cmd_consistency(args: argparse.Namespace) -> int:
     from timestep_lab.studies import paired_distance
 
     sets = {name: load_samples(path) for name, path in _pairs(args.samples, "--samples").items()}
+    if len(sets) < 2:
+        raise ConfigError("--samples: give at least two sample sets (NAME=SAMPLES.npz ...) to compare")
     for name, (_, seeds, _) in sets.items():
         first = next(iter(sets.values()))[1]
         if len(seeds) != len(first) or (seeds != first).any():
@@ -233,7 +252,7 @@ def cmd_consistency(args: argparse.Namespace) -> int:
 def _posterior_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--format", default="timestep_lab", choices=FORMATS)
-    p.add_argument("--ranges", type=int, nargs="*", default=None, help="paper ranges LO HI LO HI ... (T = 1000)")
+    p.add_argument("--ranges", type=at_least(1), nargs="*", default=None, help="paper ranges LO HI LO HI ... (T = 1000, 1-based)")
     p.add_argument("--out", type=Path, required=True)
 
 

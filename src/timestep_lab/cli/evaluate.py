@@ -13,6 +13,7 @@ import contextlib
 from pathlib import Path
 
 from timestep_lab.cli.common import (
+    code_identity,
     command,
     config_args,
     device,
@@ -42,7 +43,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from timestep_lab.metrics import evaluate_file
 
     res = evaluate_file(args.samples, args.reference, args.out, cfg=eval_config(args), weights=args.weights,
-                        device=device(args), progress=not args.no_progress)
+                        device=device(args), progress=not args.no_progress, code=code_identity())
     log.info("%s: %s -> %s", res["label"], ", ".join(f"{r['value']:.5g} ({r['tool']})" for r in res["records"]
                                                      if r["metric"] == "fid"), args.out)
     return 0
@@ -82,11 +83,13 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     with contextlib.closing(fid_events(args.events)) if args.events else contextlib.nullcontext() as writer:
         points = evaluate_models(models, args.reference, lambda m: sample_config(m, args.config, sample_overrides),
                                  cfg=cfg, weights=args.weights, device=device(args), progress=not args.no_progress,
-                                 on_point=None if writer is None else lambda point: add_fid_point(writer, point))
+                                 on_point=None if writer is None else lambda point: add_fid_point(writer, point),
+                                 code=code_identity())
     first = points[0]
     atomic_write_json(args.out, {"format": PROGRESS_FORMAT, "label": first["label"],
                                  "reference_file": first["reference_file"],
-                                 "reference_sha256": first["reference_sha256"], "points": points})
+                                 "reference_sha256": first["reference_sha256"], "code": first["code"],
+                                 "points": points})
     log.info("%d points -> %s", len(points), args.out)
     return 0
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from timestep_lab.cli.common import (
     FORMATS,
+    at_least,
+    code_identity,
     command,
     config_args,
     device,
@@ -32,7 +34,7 @@ def _sample_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="samples.npz to write")
     p.add_argument("--grid", type=Path, default=None, help="PNG grid of the first sample.grid_size images")
     p.add_argument("--gt-data", type=Path, default=None, help="prepared held-out images for ground-truth replacement")
-    p.add_argument("--gt-range", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+    p.add_argument("--gt-range", type=at_least(0), nargs=2, default=None, metavar=("LO", "HI"),
                    help="replace the x0 prediction by the truth for original timesteps LO..HI (0-based, inclusive)")
     p.add_argument("--mixed-inference", default=None, choices=("profile", "eps", "x0", "v"),
                    help="mixed models: per-t head from the model file (profile) or a fixed head")
@@ -93,7 +95,7 @@ def cmd_sample_score(args: argparse.Namespace) -> int:
                          fmt=args.format)
     info, res = sample_and_score(args.model, args.out, args.metrics, ref, scfg, cfg=cfg,
                                  weights=args.weights, device=device(args), progress=not args.no_progress,
-                                 **_generate_kwargs(args))
+                                 code=code_identity(), **_generate_kwargs(args))
     fids = ", ".join(f"{r['value']:.5g} ({r['tool']})" for r in res["records"] if r["metric"] == "fid")
     log.info("%d samples (%s, %d steps) -> %s; %s: %s -> %s", info["num_samples"], info["method"], info["steps"],
              args.out, res["label"], fids, args.metrics)

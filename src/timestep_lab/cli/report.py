@@ -26,6 +26,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Run reports/<name>.py (jupytext) with -p NAME VALUE parameters -> HTML."""
     if not args.notebook.is_file():
         raise ConfigError(f"{args.notebook}: report notebook not found")
+    if args.notebook.suffix != ".py":
+        raise ConfigError(f"{args.notebook}: a report notebook is a jupytext .py file (reports/<name>.py)")
     params = {}
     for name, value in args.parameters:
         params[name] = value

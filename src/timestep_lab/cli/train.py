@@ -14,7 +14,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.cli.common import command, config_args, load_run_config, log, runtime_args, world
+from timestep_lab.cli.common import (
+    code_identity,
+    command,
+    config_args,
+    finite_at_least,
+    load_run_config,
+    log,
+    runtime_args,
+    world,
+)
 from timestep_lab.errors import EXIT_RESUMABLE
 
 
@@ -23,7 +32,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     runtime_args(p)
     p.add_argument("--out", type=Path, required=True, help="run folder")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint and start over")
-    p.add_argument("--stop-after-kimg", type=float, default=None, help="stop (resumably) after this many kimg")
+    p.add_argument("--stop-after-kimg", type=finite_at_least(0), default=None, help="stop (resumably) after this many kimg")
     p.add_argument("--events", type=Path, default=None,
                    help="folder for TensorBoard event files (live curves; default: OUT/tensorboard)")
     p.add_argument("--no-events", action="store_true", help="write no TensorBoard event files")
@@ -38,7 +47,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     group = world()
     events = None if args.no_events else (args.events or args.out / "tensorboard")
     result = train(cfg, args.out, resume=not args.no_resume, progress=not args.no_progress, world=group,
-                   stop_after_kimg=args.stop_after_kimg, events=events)
+                   stop_after_kimg=args.stop_after_kimg, events=events, code=code_identity())
     if result.status == "interrupted":
         if group.is_main:
             log.warning("%s", result.message)

@@ -39,6 +39,8 @@ class PreparedData:
         if self.images.dtype != np.uint8 or tuple(self.images.shape) != tuple(expected):
             raise DataError(f"{images_file}: array is {self.images.dtype}{list(self.images.shape)}, "
                             f"manifest says uint8{list(expected)}")
+        if len(self.images) == 0:
+            raise DataError(f"{images_file}: holds no images")
         if verify and sha256_file(images_file) != self.manifest.get("images_sha256"):
             raise DataError(f"{images_file}: sha256 does not match {manifest_file}; the file is corrupted or was changed")
         labels_file = self.path / "labels.npy"

@@ -27,7 +27,7 @@ from timestep_lab.metrics.reference import (
     load_reference,
     reference_subset,
 )
-from timestep_lab.metrics.score import METRICS_FORMAT, evaluate_file, evaluate_samples
+from timestep_lab.metrics.score import METRICS_FORMAT, evaluate_file, evaluate_samples, scoring_spec
 
 __all__ = [
     "reference_subset",
@@ -35,5 +35,5 @@ __all__ = [
     "WeightsMissingError", "FeatureExtractorSpec", "Reference", "frechet_distance",
     "load_feature_extractor", "compute_reference", "load_reference", "evaluate_samples", "evaluate_file",
     "tool_versions", "torch_fidelity_metrics", "clean_fid_metrics", "TorchFidelityTrainedCNN", "CleanFidTrainedCNN",
-    "keep_pixels",
+    "keep_pixels", "scoring_spec",
 ]

@@ -44,7 +44,7 @@ from timestep_lab.metrics.extractors import LABELS, to_extractor_input
 from timestep_lab.metrics.fid import cf_features, frechet_distance, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference, reference_subset
-from timestep_lab.metrics.score import spec_for_reference
+from timestep_lab.metrics.score import scoring_spec
 
 __all__ = ["FLOOR_FORMAT", "BOOTSTRAP_REPLICATES", "BOOTSTRAP_SEED", "compute_floor", "write_floor"]
 
@@ -95,7 +95,7 @@ def compute_floor(images_nhwc: np.ndarray, reference: str | Path | Reference, *,
     if replicates < 10:
         raise ArtifactError(f"the floor's bootstrap needs at least 10 replicates, got {replicates}")
     ref = reference if isinstance(reference, Reference) else load_reference(reference)
-    spec = spec_for_reference(ref, cfg, weights)
+    spec = scoring_spec(ref, cfg, weights)
     images = np.asarray(images_nhwc)
     total = len(images)
     idx, selection = reference_subset(total, num_samples)

@@ -10,6 +10,12 @@ array on first use::
     tf_sigma      float64 [D, D]  }
     cf_features   float32 [N, D]  features as clean-fid's get_folder_features extracted them
     cf_mu, cf_sigma               mean and covariance of cf_features
+    sha256        JSON string     the sha256 of each member above (:func:`timestep_lab.io.save_npz`)
+
+Every member is checked when it is read: against its sha256 (a flipped bit is an error naming
+the file, never another FID), and the arrays for shape (``[count, feature_dim]``,
+``[feature_dim]``, ``[feature_dim, feature_dim]``) and finiteness; non-finite statistics are
+refused when computed, too, so a NaN never reaches a metric.
 
 Must not know: samples files, metrics.json, or how images were generated.
 """
@@ -25,13 +31,17 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from timestep_lab.io import ArtifactError, atomic_path, sha256_file
+from timestep_lab.checksums import NPZ_CHECKSUMS
+from timestep_lab.errors import InputError
+from timestep_lab.io import ArtifactError, atomic_path, npz_checksums, read_npz_member, save_npz, sha256_file
 from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input, trained
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages
 
 __all__ = ["REFERENCE_FORMAT", "Reference", "compute_reference", "load_reference", "reference_subset",
-           "REFERENCE_SUBSET_SEED"]
+           "REFERENCE_SUBSET_SEED", "check_statistics"]
+
+NPZ_RESERVED = (NPZ_CHECKSUMS,)
 
 #: seed of the reference subset when only some of the training images are used
 REFERENCE_SUBSET_SEED = 0
@@ -39,12 +49,32 @@ REFERENCE_SUBSET_SEED = 0
 REFERENCE_FORMAT = "timestep_lab.reference/1"
 
 
-class _NpzArrays(Mapping):
-    """The arrays of a reference file, each read on first use (FID needs only the statistics,
-    KID and precision/recall the features, which are large for Inception)."""
+def _expected_shape(key: str, count: int, dim: int) -> tuple[int, ...]:
+    """The shape member ``key`` (``tf_mu``, ``cf_features``, ...) must have."""
+    kind = key.split("_", 1)[1]
+    return {"features": (count, dim), "mu": (dim,), "sigma": (dim, dim)}[kind]
 
-    def __init__(self, path: Path, keys: list[str]):
+
+def check_statistics(path: str | Path, key: str, arr: np.ndarray, count: int, dim: int) -> np.ndarray:
+    """``arr`` (member ``key`` of the reference ``path``) if its shape fits ``count`` images of
+    ``dim`` features and every value is finite; else :class:`ArtifactError` naming both."""
+    want = _expected_shape(key, count, dim)
+    if tuple(arr.shape) != want:
+        raise ArtifactError(f"{path}: '{key}' is {list(arr.shape)}, expected {list(want)} ({count} images of "
+                            f"{dim} features)")
+    if not np.isfinite(arr).all():
+        raise ArtifactError(f"{path}: '{key}' holds {int((~np.isfinite(arr)).sum())} NaN or infinite values")
+    return arr
+
+
+class _NpzArrays(Mapping):
+    """The arrays of a reference file, each read (and checked: sha256, shape, finite) on first use
+    (FID needs only the statistics, KID and precision/recall the features, which are large for
+    Inception)."""
+
+    def __init__(self, path: Path, keys: list[str], digests: Mapping[str, str], count: int, dim: int):
         self.path, self.keys_, self.cache = path, keys, {}
+        self.digests, self.count, self.dim = digests, count, dim
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self.cache:
@@ -52,9 +82,10 @@ class _NpzArrays(Mapping):
                 raise KeyError(key)
             try:
                 with np.load(self.path, allow_pickle=False) as z:
-                    self.cache[key] = z[key]
+                    arr = read_npz_member(self.path, z, key, self.digests)
             except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
                 raise ArtifactError(f"{self.path}: corrupted reference file ({key}: {exc})") from None
+            self.cache[key] = check_statistics(self.path, key, arr, self.count, self.dim)
         return self.cache[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -88,7 +119,7 @@ def reference_subset(count: int, n: int | None, seed: int = REFERENCE_SUBSET_SEE
     if n is None or n >= count:
         return np.arange(count, dtype=np.int64), f"all {count}"
     if n <= 0:
-        raise ValueError(f"reference subset size must be positive, got {n}")
+        raise InputError(f"reference subset size must be positive, got {n}")
     idx = np.sort(np.random.default_rng(seed).permutation(count)[:n]).astype(np.int64)
     return idx, f"{n} of {count}, seeded random subset (numpy default_rng({seed}).permutation, sorted)"
 
@@ -113,6 +144,9 @@ def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExt
         else:
             feats = cf_features(images, spec, device, batch_size).astype(np.float32)
             arrays.update(cf_features=feats, cf_mu=np.mean(feats, axis=0), cf_sigma=np.cov(feats, rowvar=False))
+    out = Path(out)
+    for key, arr in arrays.items():  # a NaN here would become every run's FID: refuse to write it
+        check_statistics(out, key, np.asarray(arr), len(images), spec.feature_dim)
     meta = {
         "format": REFERENCE_FORMAT, "extractor": spec.name, "label": spec.label, "feature_dim": spec.feature_dim,
         "torch_fidelity_extractor": spec.tf_name, "feature_layer": spec.tf_layer, "tools": sorted(spec.weights),
@@ -121,20 +155,19 @@ def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExt
         "cleanfid_mode": "clean", "cleanfid_resize": "none (pixels fed as-is)" if trained(spec.name)
         else "clean (PIL bicubic to 299x299)", "data": data_info or {},
     }
-    out = Path(out)
-    with atomic_path(out, suffix=".npz") as tmp:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
+    save_npz(out, {"meta": np.array(json.dumps(meta)), **arrays})
     return load_reference(out)
 
 
 def load_reference(path: str | Path) -> Reference:
-    """Open a reference file written by :func:`compute_reference` (arrays are read lazily)."""
+    """Open a reference file written by :func:`compute_reference` (arrays are read, and checked,
+    lazily: module docstring)."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as z:
-            keys = [k for k in z.files if k != "meta"]
-            meta = json.loads(str(z["meta"]))
+            digests = npz_checksums(path, z)
+            keys = [k for k in z.files if k not in ("meta", *NPZ_RESERVED)]
+            meta = json.loads(str(read_npz_member(path, z, "meta", digests)))
     except FileNotFoundError:
         raise ArtifactError(f"{path}: reference statistics file not found (write it with "
                             f"`python -m timestep_lab reference-stats`)") from None
@@ -145,4 +178,11 @@ def load_reference(path: str | Path) -> Reference:
     if not isinstance(meta, dict) or meta.get("format") != REFERENCE_FORMAT:
         raise ArtifactError(f"{path}: unsupported reference format "
                             f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected {REFERENCE_FORMAT}")
-    return Reference(path, sha256_file(path), meta, _NpzArrays(path, keys))
+    unknown = [k for k in keys if k.split("_", 1)[-1] not in ("features", "mu", "sigma")]
+    if unknown:
+        raise ArtifactError(f"{path}: unexpected member(s) {unknown}")
+    try:
+        count, dim = int(meta["count"]), int(meta["feature_dim"])
+    except (KeyError, TypeError, ValueError):
+        raise ArtifactError(f"{path}: its meta has no valid count and feature_dim") from None
+    return Reference(path, sha256_file(path), meta, _NpzArrays(path, keys, digests, count, dim))

@@ -11,14 +11,16 @@ come only from the samples file's metadata.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 
 from timestep_lab.config import EvalConfig
+from timestep_lab.features import load_digits_cnn
 from timestep_lab.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import (
     LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input, trained,
@@ -28,15 +30,16 @@ from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference
 from timestep_lab.samples_file import load_samples
 
-__all__ = ["METRICS_FORMAT", "evaluate_samples", "evaluate_file", "spec_for_reference"]
+__all__ = ["METRICS_FORMAT", "evaluate_samples", "evaluate_file", "scoring_spec"]
 
 log = logging.getLogger(__name__)
 
 METRICS_FORMAT = "timestep_lab.metrics/1"
 
 
-def spec_for_reference(ref: Reference, cfg: EvalConfig, weights: str | Path | None) -> FeatureExtractorSpec:
-    """The extractor the reference was computed with; weights must hash to what it recorded."""
+def scoring_spec(ref: Reference, cfg: EvalConfig, weights: str | Path | None) -> FeatureExtractorSpec:
+    """The extractor the reference was computed with; weights must hash to what it recorded and
+    give the reference's feature dimension (callers check this before they sample)."""
     name = ref.meta["extractor"]
     if cfg.feature_extractor not in (None, name):
         raise ArtifactError(f"{ref.path}: computed with the {name} extractor, but eval.feature_extractor="
@@ -51,7 +54,12 @@ def spec_for_reference(ref: Reference, cfg: EvalConfig, weights: str | Path | No
     # the reference file recorded the hashes of the (checked) weights it was computed with:
     # the same hash means the same file, so hashing is all that is needed here
     files = resolve_weights(name, weights, tools, cfg.download_weights, cfg.download_timeout_s)
-    spec = make_spec(name, files, int(ref.meta["feature_dim"]))
+    dim = int(ref.meta["feature_dim"])
+    own = 2048 if name == "inception-v3" else int(load_digits_cnn(next(iter(files.values())))[1]["feature_dim"])
+    if dim != own:  # the libraries would compare statistics of different sizes (an AssertionError)
+        raise ArtifactError(f"{ref.path}: holds {dim}-dimensional features, but the {name} extractor gives {own}; "
+                            f"recompute the reference with these weights")
+    spec = make_spec(name, files, dim)
     for tool in tools:
         want = ref.meta["feature_weights_sha256"][tool]
         if spec.sha256[tool] != want:
@@ -61,19 +69,22 @@ def spec_for_reference(ref: Reference, cfg: EvalConfig, weights: str | Path | No
     return spec
 
 
-def _protocol(spec: FeatureExtractorSpec, ref: Reference, n: int, meta: dict[str, Any]) -> dict[str, Any]:
+def _protocol(spec: FeatureExtractorSpec, ref: Reference, n: int, meta: dict[str, Any],
+              code: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         "feature_extractor": spec.name, "feature_dim": spec.feature_dim, "num_generated": n,
         "num_reference": ref.count, "sampler": meta.get("method"), "steps": meta.get("steps"), "eta": meta.get("eta"),
         "ema": meta.get("use_ema"), "seed_range": meta.get("seed_range"), "reference_file": str(ref.path),
-        "reference_sha256": ref.sha256,
+        "reference_sha256": ref.sha256, "code": dict(code) if code is not None else None,
     }
 
 
 def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference, *, cfg: EvalConfig = EvalConfig(),
                      weights: str | Path | None = None, samples_meta: dict[str, Any] | None = None,
-                     device: Any = "cpu", progress: bool = False) -> dict[str, Any]:
+                     device: Any = "cpu", progress: bool = False, code: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Score uint8 NHWC images against a reference file with every tool in ``cfg.tools``.
+    ``code``: the code identity of the caller (:mod:`timestep_lab.identity`), part of every
+    record's protocol and of the result (None: not recorded).
 
     Returns the ``metrics.json`` dict: ``records`` (one per metric and tool, each with the full
     protocol) and convenience fields ``fid``/``kid`` (torch-fidelity), ``fid_clean_fid``/
@@ -81,7 +92,7 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
     """
     device = torch.device(device)
     ref = reference if isinstance(reference, Reference) else load_reference(reference)
-    spec = spec_for_reference(ref, cfg, weights)
+    spec = scoring_spec(ref, cfg, weights)
     meta = samples_meta or {}
     images = np.asarray(images_nhwc)
     if cfg.num_samples is not None:
@@ -95,13 +106,17 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
     if len(images) < 2:
         raise ArtifactError(f"FID needs at least 2 samples, got {len(images)}")
     versions = tool_versions()
-    protocol = _protocol(spec, ref, len(images), meta)
+    protocol = _protocol(spec, ref, len(images), meta, code)
     runners = {"torch-fidelity": torch_fidelity_metrics, "clean-fid": clean_fid_metrics}
     records, values = [], {}
     for tool in stages(cfg.tools, "evaluate", progress):
         t0 = time.perf_counter()
         values[tool] = runners[tool](images, ref, spec, cfg, device)
         log.debug("%s: %s in %.2f s", tool, values[tool], time.perf_counter() - t0)
+        bad = {m: v for m, v in values[tool].items() if not math.isfinite(float(v))}
+        if bad:  # never written, and never as "ok"
+            raise ArtifactError(f"{ref.path}: {tool} gives non-finite {', '.join(f'{m}={v}' for m, v in bad.items())} "
+                                f"for {meta.get('model') or 'these samples'} against this reference; nothing written")
         for metric, value in values[tool].items():
             rec = {"metric": metric, "value": float(value), "tool": tool, "tool_version": versions[tool],
                    "label": LABELS[spec.name][metric], "feature_weights_sha256": spec.sha256[tool], **protocol}
@@ -116,16 +131,18 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
                 "kid_clean_fid": cf.get("kid_mean"), "precision": tf.get("precision"), "recall": tf.get("recall")})
     if "nimg" in meta:
         out.update(nimg=int(meta["nimg"]), kimg=int(meta["nimg"]) / 1000)
-    out.update(model=meta.get("model"), model_sha256=meta.get("model_sha256"), protocol=protocol, records=records)
+    out.update(model=meta.get("model"), model_sha256=meta.get("model_sha256"), code=protocol["code"],
+               protocol=protocol, records=records)
     return out
 
 
 def evaluate_file(samples_npz: str | Path, reference: str | Path | Reference, out_json: str | Path, *, cfg: EvalConfig = EvalConfig(),
-                  weights: str | Path | None = None, device: Any = "cpu", progress: bool = False) -> dict[str, Any]:
-    """``samples.npz`` -> ``metrics.json`` (written atomically)."""
+                  weights: str | Path | None = None, device: Any = "cpu", progress: bool = False,
+                  code: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``samples.npz`` -> ``metrics.json`` (written atomically; ``code``: as :func:`evaluate_samples`)."""
     images, _, meta = load_samples(samples_npz)
     result = evaluate_samples(images, reference, cfg=cfg, weights=weights, samples_meta=meta, device=device,
-                              progress=progress)
+                              progress=progress, code=code)
     result["samples_file"] = str(samples_npz)
     atomic_write_json(out_json, result)
     return result

@@ -27,7 +27,8 @@ from timestep_lab.reporting.scorecard import (
     scorecard_rows,
 )
 
-__all__ = ["render_index", "headline_rows", "protocol_lines", "family_lines"]
+__all__ = ["render_index", "headline_rows", "protocol_lines", "family_lines", "code_lines"]
+
 
 def render_index(template: str | Path, out_html: str | Path, *, study: str, summary: str | Path,
                  reports: list[str], config_source: str, verdicts: str | Path | None = None,
@@ -57,6 +58,8 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
         study=study, summary=summary_data, css=PAGE_CSS, config_source=config_source,
         scorecard=card, columns=COLUMNS, headline=headline_rows(summary_data, verdict_data),
         protocol=protocol_lines(summary_data), family=family_lines(verdict_data, summary_data),
+        code_mixed=bool((summary_data.get("code") or {}).get("mixed")),
+        code_identities=len((summary_data.get("code") or {}).get("identities") or []),
         reports=[{"name": Path(r).stem.replace("_", " "), "file": Path(r).name} for r in reports],
         pending=pending or [], cost=cost,
         cost_device=(est or {}).get("device_name", "n/a"), cost_gpu=bool(est and est.get("device") != "cpu"),
@@ -128,11 +131,24 @@ def family_lines(verdicts: Mapping[str, Any], summary: Mapping[str, Any]) -> lis
     return lines
 
 
+def code_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What code trained and scored the runs: git commit and dirty flag (or the package's source
+    hash outside a checkout) and the hash of envs/requirements.lock, per identity with its runs."""
+    ids = (summary.get("code") or {}).get("identities") or []
+    if not ids:
+        return ["Code: no run recorded its code identity."]
+    if len(ids) == 1:
+        return [f"Code: {ids[0]['label']}, for every run (trained and scored)."]
+    return [f"Code: the runs were trained or scored by {len(ids)} different code identities: "
+            + "; ".join(f"{e['label']} ({len(e['runs'])} runs: {', '.join(e['runs'][:4])}"
+                        f"{', ...' if len(e['runs']) > 4 else ''})" for e in ids) + "."]
+
+
 def protocol_lines(summary: Mapping[str, Any]) -> list[str]:
     p = summary.get("protocol") or {}
     if not p:
-        return ["no metrics collected yet"]
-    return [
+        return ["no metrics collected yet", *code_lines(summary)]
+    return [*code_lines(summary),
         f"Metric: {p.get('label')} via torch-fidelity and clean-fid (headline numbers: {p.get('tool')} {p.get('tool_version')}); "
         f"feature extractor {p.get('feature_extractor')}.",
         f"{p.get('num_generated')} generated vs {p.get('num_reference')} reference images; reverse sampler "

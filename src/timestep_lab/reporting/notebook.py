@@ -34,11 +34,16 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
+from timestep_lab.identity import describe, distinct
 from timestep_lab.reporting.scorecard import COLUMNS, format_difference, load_verdicts, scorecard_rows
 from timestep_lab.verdicts import speedup_text, study_comparisons
 
 __all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup", "show_verdicts", "comparison_table",
-           "show_comparisons", "speedup_seed_table", "show_speedup_seeds"]
+           "show_comparisons", "speedup_seed_table", "show_speedup_seeds", "code_text"]
+
+
+CODE_COLUMNS = {"commit": "code_commit", "dirty": "code_dirty", "source_sha256": "code_source_sha256",
+                "lock_sha256": "code_lock_sha256"}  # metrics.csv's columns of each record's code identity
 
 STYLE = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3}
 HEADLINE_TOOL = "torch-fidelity"  # the FID tool headline numbers use when a study has it (docs/methods.md#fid-kid)
@@ -112,6 +117,21 @@ def load_study(group: str, metrics_csv: str | Path, runs_csv: str | Path) -> Stu
     runs = pd.read_csv(runs_csv)
     return Study(group=group, metrics=_with_variant(in_group(metrics, group)), runs=_with_variant(in_group(runs, group)),
                  label=label)
+
+
+def code_text(rows: pd.DataFrame) -> str:
+    """The code identity (git commit and dirty flag, package source hash, requirements.lock hash)
+    that computed the metrics ``rows``, for a protocol paragraph; several are listed, none said."""
+    if rows.empty or not set(CODE_COLUMNS.values()) <= set(rows.columns):
+        return "not recorded"
+    idents = []
+    for _, r in rows.iterrows():
+        ident = {k: (None if pd.isna(r[c]) else r[c]) for k, c in CODE_COLUMNS.items()}
+        idents.append(ident if any(v is not None for v in ident.values()) else None)
+    found = distinct(idents)
+    if len(found) == 1:
+        return describe(found[0])
+    return f"{len(found)} different code identities (mixed): " + "; ".join(describe(i) for i in found)
 
 
 def read_log(path: str | Path) -> list[dict]:

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from timestep_lab.io import atomic_write_text
+from timestep_lab.io import ArtifactError, atomic_write_text
 
 __all__ = ["render_notebook", "network_references", "PAGE_CSS"]
 
@@ -56,13 +56,27 @@ def render_notebook(notebook: str | Path, out_html: str | Path, parameters: dict
 
     notebook, out_html = Path(notebook), Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
-    nb = jupytext.read(notebook)
+    try:
+        nb = jupytext.read(notebook, fmt="py:percent")
+    except Exception as exc:  # noqa: BLE001 - any failure to parse the given file: say which file
+        raise ArtifactError(f"{notebook}: not a jupytext percent-format notebook ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    # a .py without jupytext's header names no kernel: it is Python all the same
+    nb.metadata.setdefault("kernelspec", {"name": _kernel_name(), "language": "python", "display_name": "Python 3"})
     with tempfile.TemporaryDirectory(prefix="report-") as tmp:
         src = Path(tmp) / f"{notebook.stem}.ipynb"
         executed = Path(tmp) / f"{notebook.stem}.out.ipynb"
         nbformat.write(nb, src)
-        papermill.execute_notebook(str(src), str(executed), parameters=parameters or {}, kernel_name=_kernel_name(),
-                                   progress_bar=False, cwd=str(cwd) if cwd else None)
+        try:
+            papermill.execute_notebook(str(src), str(executed), parameters=parameters or {},
+                                       kernel_name=_kernel_name(), progress_bar=False, cwd=str(cwd) if cwd else None)
+        except papermill.PapermillExecutionError as exc:  # a cell failed: keep the notebook, say where
+            kept = out_html.with_suffix(".ipynb")
+            if executed.exists():
+                atomic_write_text(kept, executed.read_text())
+            raise ArtifactError(f"{notebook}: cell {exc.exec_count} failed with {exc.ename}: "
+                                f"{str(exc.evalue).splitlines()[0] if exc.evalue else ''} (executed notebook: "
+                                f"{kept})") from None
         result = nbformat.read(executed, as_version=4)
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True, anchor_link_text="")

@@ -8,10 +8,11 @@ from timestep_lab.studies.contribution import posterior_coefficients, replacemen
 from timestep_lab.studies.interference import interference_matrix
 from timestep_lab.studies.prediction_types import x0_error_profile
 from timestep_lab.studies.profile import full_profile, load_profile, loss_profile, profile_per_t, save_profile
-from timestep_lab.studies.slots import PAPER_SLOTS, equal_loss_slots, scale_slots, slot_sums
+from timestep_lab.studies.slots import PAPER_SLOTS, equal_loss_slots, load_slots, scale_slots, slot_sums
 
 __all__ = [
     "equal_loss_slots",
+    "load_slots",
     "slot_sums",
     "scale_slots",
     "PAPER_SLOTS",

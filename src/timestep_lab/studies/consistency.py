@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from timestep_lab.errors import InputError
+
 __all__ = ["paired_distance", "derangement"]
 
 
@@ -25,7 +27,7 @@ def derangement(n: int, seed: int = 0) -> np.ndarray:
     """A uniformly random permutation of ``range(n)`` with no fixed point (rejection sampling
     with ``numpy.random.default_rng(seed)``; deterministic). Needs ``n >= 2``."""
     if n < 2:
-        raise ValueError(f"a derangement needs n >= 2, got {n}")
+        raise InputError(f"a derangement needs n >= 2, got {n}")
     rng = np.random.default_rng(seed)
     while True:
         p = rng.permutation(n)
@@ -37,11 +39,11 @@ def _check(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a, b = np.asarray(a), np.asarray(b)
     for name, x in (("a", a), ("b", b)):
         if x.ndim != 4 or x.dtype != np.uint8:
-            raise ValueError(f"{name} must be uint8 [N, H, W, C], got {x.dtype}{list(x.shape)}")
+            raise InputError(f"{name} must be uint8 [N, H, W, C], got {x.dtype}{list(x.shape)}")
     if a.shape != b.shape:
-        raise ValueError(f"a and b must have the same shape, got {list(a.shape)} and {list(b.shape)}")
+        raise InputError(f"a and b must have the same shape, got {list(a.shape)} and {list(b.shape)}")
     if a.shape[0] < 2:
-        raise ValueError(f"need at least 2 samples per set, got {a.shape[0]}")
+        raise InputError(f"need at least 2 samples per set, got {a.shape[0]}")
     return a, b
 
 
@@ -94,7 +96,7 @@ def paired_distance(a_uint8_nhwc: np.ndarray, b_uint8_nhwc: np.ndarray,
 
         fa, fb = feats(a), feats(b)
         if fa.shape != fb.shape or fa.shape[0] != n:
-            raise ValueError(f"features returned {list(fa.shape)} and {list(fb.shape)}, expected [{n}, D]")
+            raise InputError(f"features returned {list(fa.shape)} and {list(fb.shape)}, expected [{n}, D]")
 
         def dist(perm: np.ndarray) -> np.ndarray:
             return np.linalg.norm(fa - fb[perm], axis=1)

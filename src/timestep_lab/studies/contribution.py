@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.errors import InputError
 from timestep_lab.timeranges import scale_range
 
 __all__ = ["posterior_coefficients", "replacement_ranges", "range_label"]
@@ -55,10 +56,10 @@ def replacement_ranges(ranges_paper: Sequence[Sequence[int]], T: int, T_paper: i
     out = []
     for i, r in enumerate(ranges_paper):
         if len(r) != 2:
-            raise ValueError(f"range {i} must be [lo, hi], got {list(r)}")
+            raise InputError(f"range {i} must be [lo, hi], got {list(r)}")
         lo, hi = int(r[0]), int(r[1])
         if not 1 <= lo <= hi <= T_paper:
-            raise ValueError(f"range {i} [{lo}, {hi}] is not a 1-based range inside [1, {T_paper}]")
+            raise InputError(f"range {i} [{lo}, {hi}] is not a 1-based range inside [1, {T_paper}]")
         a, b = scale_range(lo, hi, int(T), int(T_paper))
         out.append({"label": range_label(lo, hi), "paper": [lo, hi], "range": [int(a), int(b)]})
     return out

@@ -32,10 +32,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from timestep_lab.stats import json_safe, paired
+from timestep_lab.errors import InputError
 from timestep_lab.io import atomic_write_json, read_json
+from timestep_lab.stats import json_safe, paired
 from timestep_lab.studies.profile import load_profile, profile_per_t
-from timestep_lab.studies.slots import check_cover, slot_sums
+from timestep_lab.studies.slots import check_cover, load_slots, slot_sums
 
 __all__ = ["interference_matrix", "interference_vs_control", "write_interference_vs_control"]
 
@@ -64,20 +65,20 @@ def interference_matrix(reference_profile: Mapping[str, Any], finetuned_profiles
     before = np.asarray(slot_sums(profile_per_t(reference_profile, key), slots))
     if np.any(before <= 0):
         j = int(np.flatnonzero(before <= 0)[0]) + 1
-        raise ValueError(f"slot {j} has zero reference loss: relative changes are undefined")
+        raise InputError(f"slot {j} has zero reference loss: relative changes are undefined")
     trained: list[int] = []
     profiles: dict[int, Mapping[str, Any]] = {}
     for k, prof in finetuned_profiles.items():
         kk = int(k)
         if not 1 <= kk <= n:
-            raise ValueError(f"fine-tuned slot {k!r} is not a 1-based slot number in [1, {n}]")
+            raise InputError(f"fine-tuned slot {k!r} is not a 1-based slot number in [1, {n}]")
         if kk in profiles:
-            raise ValueError(f"fine-tuned slot {kk} given twice")
+            raise InputError(f"fine-tuned slot {kk} given twice")
         if int(prof["T"]) != T:
-            raise ValueError(f"profile for slot {kk} has T = {prof['T']}, the reference has T = {T}")
+            raise InputError(f"profile for slot {kk} has T = {prof['T']}, the reference has T = {T}")
         for field in ("seed", "num_images"):
             if field in prof and field in reference_profile and prof[field] != reference_profile[field]:
-                raise ValueError(f"profile for slot {kk} used {field} = {prof[field]}, the reference "
+                raise InputError(f"profile for slot {kk} used {field} = {prof[field]}, the reference "
                                  f"{reference_profile[field]}: the profiles are not comparable")
         profiles[kk] = prof
         trained.append(kk)
@@ -125,7 +126,7 @@ def interference_vs_control(reference_profile: Mapping[str, Any],
     """
     seeds = sorted({str(s) for s in finetuned} & {str(s) for s in controls}, key=_seed_order)
     if not seeds:
-        raise ValueError("no seed has both slot fine-tunes and a uniform-t control")
+        raise InputError("no seed has both slot fine-tunes and a uniform-t control")
     fts = {str(s): v for s, v in finetuned.items()}
     ctl = {str(s): v for s, v in controls.items()}
     trained = sorted({int(k) for s in seeds for k in fts[s]})
@@ -172,6 +173,6 @@ def write_interference_vs_control(reference: str, finetuned: Mapping[Any, Mappin
     ``{seed: path}``, the slots JSON (``{"slots": [[lo, hi], ...]}``); writes ``out`` (JSON)."""
     result = interference_vs_control(
         load_profile(reference), {s: {k: load_profile(p) for k, p in ks.items()} for s, ks in finetuned.items()},
-        {s: load_profile(p) for s, p in controls.items()}, read_json(slots)["slots"])
+        {s: load_profile(p) for s, p in controls.items()}, load_slots(slots))
     atomic_write_json(out, result)
     return result

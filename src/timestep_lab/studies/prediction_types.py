@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.errors import InputError
 from timestep_lab.predictions import HEADS, Prediction
 from timestep_lab.studies.profile import _Eval, _forward_stats, profile_bank, profile_timesteps
 
@@ -65,7 +66,7 @@ def x0_error_profile(models: Mapping[str, tuple[nn.Module, Prediction]], diffusi
         1 = x0, 2 = v), "win_counts": {head: int}}}}``.
     """
     if not models:
-        raise ValueError("x0_error_profile needs at least one model")
+        raise InputError("x0_error_profile needs at least one model")
     device = torch.device(device)
     T = diffusion.T
     ts = profile_timesteps(T, stride)
@@ -75,7 +76,7 @@ def x0_error_profile(models: Mapping[str, tuple[nn.Module, Prediction]], diffusi
     heads: dict[str, dict[str, Any]] = {}
     for name, (net, prediction) in models.items():
         if "/" in name:
-            raise ValueError(f"model name {name!r} must not contain '/'")
+            raise InputError(f"model name {name!r} must not contain '/'")
         mixed = getattr(prediction, "heads", 1) == 3 and hasattr(prediction, "head_errors")
         with _Eval(net):
             stats = _forward_stats(net, diffusion, prediction, x0, eps, ts, max(1, int(batch_size)), device,

@@ -27,6 +27,7 @@ the mean and the (unbiased, ddof = 1) variance over ``grad_samples`` single samp
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -35,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.errors import InputError
 from timestep_lab.io import ArtifactError, atomic_write_json, read_json
 from timestep_lab.predictions import Prediction
 
@@ -50,6 +52,8 @@ __all__ = [
 ]
 
 PROFILE_FORMAT = "timestep_lab.loss_profile/1"
+#: the per-timestep quantities of a profile (``<key>_sem`` their standard errors)
+PER_T_KEYS = ("eps_mse", "x0_mse", "vlb_bpd", "loss", "eps_mse_sem", "x0_mse_sem", "vlb_bpd_sem", "loss_sem")
 
 
 def _images_array(images: Any) -> Any:
@@ -60,7 +64,7 @@ def _images_array(images: Any) -> Any:
         images = images.cpu().numpy()
     arr = np.asarray(images) if not isinstance(images, np.ndarray) else images
     if arr.ndim != 4 or arr.dtype != np.uint8:
-        raise ValueError(f"images must be uint8 [N, H, W, C], got {arr.dtype}{list(arr.shape)}")
+        raise InputError(f"images must be uint8 [N, H, W, C], got {arr.dtype}{list(arr.shape)}")
     return arr
 
 
@@ -74,7 +78,7 @@ def profile_bank(images_uint8_nhwc: Any, num_images: int, seed: int) -> tuple[Te
     arr = _images_array(images_uint8_nhwc)
     N = int(arr.shape[0])
     if num_images < 1 or N < 1:
-        raise ValueError(f"need num_images >= 1 and a non-empty image set, got num_images={num_images}, N={N}")
+        raise InputError(f"need num_images >= 1 and a non-empty image set, got num_images={num_images}, N={N}")
     n = min(int(num_images), N)
     idx = torch.randperm(N, generator=torch.Generator().manual_seed(int(seed)))[:n]
     # read a memory map in increasing index order, then put the rows back in bank order
@@ -88,7 +92,7 @@ def profile_bank(images_uint8_nhwc: Any, num_images: int, seed: int) -> tuple[Te
 def profile_timesteps(T: int, stride: int) -> list[int]:
     """``range(0, T, stride)`` plus ``T - 1`` if the stride skips it."""
     if stride < 1:
-        raise ValueError(f"stride must be >= 1, got {stride}")
+        raise InputError(f"stride must be >= 1, got {stride}")
     ts = list(range(0, T, stride))
     if ts[-1] != T - 1:
         ts.append(T - 1)
@@ -226,16 +230,16 @@ def full_profile(t: Sequence[int], values: Sequence[float], T: int) -> np.ndarra
     t_arr = np.asarray(t, dtype=np.float64)
     v_arr = np.asarray(values, dtype=np.float64)
     if t_arr.ndim != 1 or t_arr.shape != v_arr.shape or t_arr.size == 0:
-        raise ValueError(f"t and values must be 1-D of the same non-zero length, got {t_arr.shape} and {v_arr.shape}")
+        raise InputError(f"t and values must be 1-D of the same non-zero length, got {t_arr.shape} and {v_arr.shape}")
     if np.any(np.diff(t_arr) <= 0):
-        raise ValueError("t must be strictly increasing")
+        raise InputError("t must be strictly increasing")
     return np.interp(np.arange(int(T), dtype=np.float64), t_arr, v_arr)
 
 
 def profile_per_t(profile: Mapping[str, Any], key: str = "eps_mse") -> np.ndarray:
     """``full_profile`` of one quantity of a :func:`loss_profile` dict: ``[T]``."""
     if key not in profile:
-        raise KeyError(f"profile has no {key!r} (has {sorted(k for k in profile if isinstance(profile[k], list))})")
+        raise InputError(f"profile has no {key!r} (has {sorted(k for k in profile if isinstance(profile[k], list))})")
     return full_profile(profile["timesteps"], profile[key], int(profile["T"]))
 
 
@@ -252,6 +256,18 @@ def load_profile(path: str | Path) -> dict[str, Any]:
     for k in ("T", "timesteps", "eps_mse"):
         if k not in obj:
             raise ArtifactError(f"{path}: loss profile lacks {k!r}")
-    if len(obj["timesteps"]) != len(obj["eps_mse"]):
-        raise ArtifactError(f"{path}: {len(obj['timesteps'])} timesteps but {len(obj['eps_mse'])} values")
+    T, ts = obj["T"], obj["timesteps"]
+    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+        raise ArtifactError(f"{path}: T must be a positive integer, got {T!r}")
+    if (not isinstance(ts, list) or not ts or any(isinstance(t, bool) or not isinstance(t, int) for t in ts)
+            or any(b <= a for a, b in zip(ts, ts[1:])) or ts[0] < 0 or ts[-1] >= T):
+        raise ArtifactError(f"{path}: timesteps must be increasing integers in [0, {T - 1}]")
+    for k in PER_T_KEYS:  # every per-t quantity: one finite number per timestep
+        if k not in obj:
+            continue
+        v = obj[k]
+        if not isinstance(v, list) or len(v) != len(ts):
+            raise ArtifactError(f"{path}: {k!r} must hold {len(ts)} values, one per timestep")
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v):
+            raise ArtifactError(f"{path}: {k!r} holds a value that is not a finite number")
     return obj

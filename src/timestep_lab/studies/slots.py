@@ -15,7 +15,10 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["PAPER_SLOTS", "equal_loss_slots", "slot_sums", "scale_slots", "check_cover"]
+from timestep_lab.errors import InputError
+from timestep_lab.io import ArtifactError, read_json
+
+__all__ = ["PAPER_SLOTS", "equal_loss_slots", "slot_sums", "scale_slots", "check_cover", "load_slots"]
 
 # 2502.01990 Table 1: guided-diffusion ImageNet-256 (T = 1000), inclusive 0-based ranges.
 # (The same table as timestep_lab.timesteps.slots.PAPER_SLOTS, which the slots sampler uses.)
@@ -29,15 +32,15 @@ def _loss_array(loss_per_t: Sequence[float]) -> np.ndarray:
         loss_per_t = loss_per_t.detach().cpu().numpy()
     arr = np.asarray(loss_per_t, dtype=np.float64)
     if arr.ndim != 1:
-        raise ValueError(f"loss_per_t must be 1-D [T], got shape {list(arr.shape)}")
+        raise InputError(f"loss_per_t must be 1-D [T], got shape {list(arr.shape)}")
     if arr.size == 0:
-        raise ValueError("loss_per_t is empty")
+        raise InputError("loss_per_t is empty")
     if not np.all(np.isfinite(arr)):
         bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise ValueError(f"loss_per_t must be finite; t = {bad} is {arr[bad]}")
+        raise InputError(f"loss_per_t must be finite; t = {bad} is {arr[bad]}")
     if np.any(arr < 0):
         bad = int(np.flatnonzero(arr < 0)[0])
-        raise ValueError(f"loss_per_t must be non-negative; t = {bad} is {arr[bad]}")
+        raise InputError(f"loss_per_t must be non-negative; t = {bad} is {arr[bad]}")
     return arr
 
 
@@ -57,10 +60,10 @@ def equal_loss_slots(loss_per_t: Sequence[float], n_slots: int) -> list[tuple[in
     arr = _loss_array(loss_per_t)
     T = int(arr.size)
     if isinstance(n_slots, bool) or not isinstance(n_slots, (int, np.integer)) or n_slots < 1:
-        raise ValueError(f"n_slots must be a positive integer, got {n_slots!r}")
+        raise InputError(f"n_slots must be a positive integer, got {n_slots!r}")
     n = int(n_slots)
     if n > T:
-        raise ValueError(f"cannot make {n} non-empty slots from T = {T} timesteps")
+        raise InputError(f"cannot make {n} non-empty slots from T = {T} timesteps")
     total = float(arr.sum())
     if total <= 0.0:
         arr = np.ones(T)
@@ -82,18 +85,18 @@ def equal_loss_slots(loss_per_t: Sequence[float], n_slots: int) -> list[tuple[in
 
 
 def check_cover(slots: Sequence[Sequence[int]], T: int) -> None:
-    """Raise ``ValueError`` unless ``slots`` are consecutive non-empty inclusive ranges covering ``[0, T-1]``."""
+    """Raise :class:`~timestep_lab.errors.InputError` unless ``slots`` are consecutive non-empty inclusive ranges covering ``[0, T-1]``."""
     if not slots:
-        raise ValueError("slots is empty")
+        raise InputError("slots is empty")
     expect = 0
     for i, s in enumerate(slots):
         lo, hi = int(s[0]), int(s[1])
         if lo != expect or hi < lo:
-            raise ValueError(f"slots must be consecutive non-empty ranges starting at 0; slot {i} is [{lo}, {hi}], "
+            raise InputError(f"slots must be consecutive non-empty ranges starting at 0; slot {i} is [{lo}, {hi}], "
                              f"expected to start at {expect}")
         expect = hi + 1
     if expect != T:
-        raise ValueError(f"slots end at {expect - 1}, expected T - 1 = {T - 1}")
+        raise InputError(f"slots end at {expect - 1}, expected T - 1 = {T - 1}")
 
 
 def slot_sums(loss_per_t: Sequence[float], slots: Sequence[Sequence[int]]) -> list[float]:
@@ -101,12 +104,12 @@ def slot_sums(loss_per_t: Sequence[float], slots: Sequence[Sequence[int]]) -> li
     arr = np.asarray(loss_per_t.detach().cpu().numpy() if hasattr(loss_per_t, "detach") else loss_per_t,
                      dtype=np.float64)
     if arr.ndim != 1:
-        raise ValueError(f"loss_per_t must be 1-D [T], got shape {list(arr.shape)}")
+        raise InputError(f"loss_per_t must be 1-D [T], got shape {list(arr.shape)}")
     out = []
     for i, s in enumerate(slots):
         lo, hi = int(s[0]), int(s[1])
         if not 0 <= lo <= hi < arr.size:
-            raise ValueError(f"slot {i} [{lo}, {hi}] is not inside [0, {arr.size - 1}]")
+            raise InputError(f"slot {i} [{lo}, {hi}] is not inside [0, {arr.size - 1}]")
         out.append(float(arr[lo : hi + 1].sum()))
     return out
 
@@ -121,7 +124,7 @@ def scale_slots(slots: Sequence[Sequence[int]], T_from: int, T_to: int) -> list[
     check_cover(slots, T_from)
     n = len(slots)
     if T_to < n:
-        raise ValueError(f"cannot scale {n} slots to T = {T_to} < {n} timesteps")
+        raise InputError(f"cannot scale {n} slots to T = {T_to} < {n} timesteps")
     starts = [0]
     for k, s in enumerate(slots[1:], start=1):
         lo = int(np.floor(int(s[0]) * T_to / T_from + 0.5))
@@ -129,3 +132,16 @@ def scale_slots(slots: Sequence[Sequence[int]], T_from: int, T_to: int) -> list[
         lo = min(lo, T_to - (n - k))  # leave room for the remaining slots
         starts.append(lo)
     return [(a, b - 1) for a, b in zip(starts, starts[1:] + [T_to])]
+
+
+def load_slots(path) -> list[list[int]]:
+    """The ``slots`` of a slots JSON (``python -m timestep_lab slots``): ``[[lo, hi], ...]``.
+
+    :raises ArtifactError: naming ``path`` when it is not one."""
+    obj = read_json(path)
+    slots = obj.get("slots") if isinstance(obj, dict) else None
+    if (not isinstance(slots, list) or not slots
+            or not all(isinstance(s, list) and len(s) == 2 and all(type(x) is int for x in s) for s in slots)):
+        raise ArtifactError(f"{path}: not a slots file (a 'slots' list of [lo, hi] pairs, from "
+                            f"`python -m timestep_lab slots`)")
+    return slots

@@ -27,7 +27,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -83,7 +83,7 @@ class TrainResult:
 
 def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress: bool = True,
           world: World = World(), stop_after_kimg: float | None = None,
-          events: str | Path | None = None) -> TrainResult:
+          events: str | Path | None = None, code: Mapping[str, Any] | None = None) -> TrainResult:
     """Train the run described by ``cfg`` into ``out_dir`` (see the module docstring).
 
     The per-step work is :meth:`TrainStep.step` of :func:`build_train_step`; this function adds
@@ -94,17 +94,22 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         kimg are done; for tests and time-limited jobs.
     :param events: folder for the run's TensorBoard event files (:mod:`timestep_lab.events`);
         None writes none.
+    :param code: the code identity of this process (:mod:`timestep_lab.identity`, given by the
+        entry point), written into every ``train_log.jsonl`` record: a run resumed under other
+        code says so record by record. Not in ``model.pt``, whose bytes depend on the config
+        and seed only.
     :raises NonFiniteLossError: when the loss becomes NaN/inf and ``train.on_nonfinite`` is ``fail``.
     """
     # one writer per run folder: rank 0 holds out_dir/.lock for the whole run (a second writer
     # fails at once naming the holder; a dead holder's lock is taken over: timestep_lab.runlock)
     with RunLock(out_dir) if world.is_main else contextlib.nullcontext(), StopRequest() as stop:
         return _train(cfg, RunPaths(Path(out_dir)), resume=resume, progress=progress, world=world,
-                      stop_after_kimg=stop_after_kimg, stop=stop, events=events)
+                      stop_after_kimg=stop_after_kimg, stop=stop, events=events, code=code)
 
 
 def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, world: World,
-           stop_after_kimg: float | None, stop: StopRequest, events: str | Path | None) -> TrainResult:
+           stop_after_kimg: float | None, stop: StopRequest, events: str | Path | None,
+           code: Mapping[str, Any] | None) -> TrainResult:
     tc = cfg.train
     ts = build_train_step(cfg, world=world)
     device, data, loader, diffusion, prediction = ts.device, ts.data, ts.loader, ts.diffusion, ts.prediction
@@ -181,6 +186,8 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
         summary = sampler.log_summary(LOG_BINS)
         if summary:
             rec["sampler"] = summary
+        if code is not None:
+            rec["code"] = dict(code)
         if world.is_main:
             with open(paths.state_log, "a") as fh:
                 fh.write(json.dumps(rec) + "\n")

@@ -7,6 +7,7 @@ before it imports the CLI, so a forwarded job costs the client ~0.05 CPU-s.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import sys
@@ -48,7 +49,10 @@ def forward(socket_path: str, argv: list[str] | None = None) -> int | None:
     The worker gets this process's standard streams, working directory and environment (minus
     the socket variable, so its own ``python -m timestep_lab`` children start fresh). Returns its
     exit status (``128 + N`` when signal N ended it, as a shell reports it), or ``None`` when no
-    server answers at ``socket_path``: the caller then runs the command itself.
+    server answers at ``socket_path`` or it answers ``fresh`` (its package changed since it
+    started): the caller then runs the command itself. If the server dies first, this returns
+    1 only once the worker is gone too (it dies with the server), so whoever waits for this
+    process never sees the job end while it can still write.
     """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -71,18 +75,43 @@ def forward(socket_path: str, argv: list[str] | None = None) -> int | None:
             pass
 
     previous = {sig: signal.signal(sig, relay) for sig in RELAYED_SIGNALS if signals.get(int(sig)) != "ignore"}
+    worker, buf = None, b""
     try:
-        reply = b""
-        while not reply.endswith(b"\n"):
-            chunk = sock.recv(64)
-            if not chunk:
-                print(f"error: the warm-start server at {socket_path} closed the connection before the job ended",
-                      file=sys.stderr)
-                return 1
-            reply += chunk
+        while True:
+            while b"\n" not in buf:
+                try:
+                    chunk = sock.recv(64)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    _wait_gone(worker)
+                    print(f"error: the warm-start server at {socket_path} closed the connection before the job "
+                          f"ended", file=sys.stderr)
+                    return 1
+                buf += chunk
+            line, _, buf = buf.partition(b"\n")
+            kind, _, number = line.decode().strip().partition(" ")
+            if kind == "pid":
+                worker = int(number)
+            elif kind == "fresh":
+                return None
+            else:
+                return int(number) if kind == "exit" else 128 + int(number)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sock.close()
-    kind, _, number = reply.decode().strip().partition(" ")
-    return int(number) if kind == "exit" else 128 + int(number)
+
+
+def _wait_gone(pid: int | None, timeout_s: float = 60.0) -> None:
+    """Wait until process ``pid`` (a worker, which the kernel kills when its server dies) has ended."""
+    if pid is None:
+        return
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return
+    try:
+        select.select([fd], [], [], timeout_s)
+    finally:
+        os.close(fd)

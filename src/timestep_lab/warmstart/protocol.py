@@ -4,8 +4,11 @@ Client -> server, once: an 8-byte big-endian length sent with the client's file 
 1 and 2 (``SCM_RIGHTS``), then that many bytes of JSON ``{"argv": [...], "cwd": str, "env":
 {...}, "signals": {"<signum>": "ignore" | "default" | "interrupt"}, "blocked": [signum, ...]}``
 (the client's signal dispositions and mask as it found them when it started, before it installed
-its relays: what a fresh process started in its place would have). Then any number of ``kill N`` lines (a signal the client got, for the worker).
-Server -> client, once, when the worker ends: ``exit N`` (its exit status) or ``signal N``.
+its relays: what a fresh process started in its place would have). Then any number of ``kill N``
+lines (a signal the client got, for the worker).
+Server -> client, lines: ``pid N`` once the worker is forked (its pid), then, when it ends,
+``exit N`` (its exit status) or ``signal N``; or, instead of all that, ``fresh``: the server
+no longer forks (its package changed on disk), so the client runs the command itself.
 """
 
 from __future__ import annotations

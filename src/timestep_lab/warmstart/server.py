@@ -4,9 +4,18 @@
 ``timestep_lab`` module, then listens on ``PATH`` (created only once it accepts; a job that starts
 before finds no socket and starts fresh) and serves until its standard input reaches end of file:
 the workflow holds the other end of that pipe, so the server ends with the ``snakemake`` that
-started it, however that ends. One thread, one loop over the listening socket, the clients'
-connections (signals to relay; end of file: client gone, worker terminated) and each worker's pidfd
-(exit: reaped, status sent). Reaping every worker puts their CPU time in the server's children and
+started it, however that ends (``--remove-folder``: and removes the socket's folder then).
+
+Nothing outlives it or writes behind its back: a worker gets SIGKILL when the server ends,
+however it ends (``prctl(PR_SET_PDEATHSIG)``), and its client, told the worker's pid, waits for
+that death before it reports the failure, so Snakemake never sees a job end while its worker can
+still write; a worker whose client is gone is killed (SIGKILL: a dead client relays nothing, and
+the job may ignore SIGTERM). The server forks only the code it imported: once any file of the
+package differs from when it started (:func:`package_signature`), it answers every request
+``fresh`` and the job starts itself in its own process, with the code now on disk.
+
+One thread, one loop over the listening socket, the clients' connections (signals to relay; end
+of file: client gone, worker killed) and each worker's pidfd (exit: reaped, status sent). Reaping every worker puts their CPU time in the server's children and
 so in its parent's: ``time snakemake`` still counts every job. Its log gets one line per job and, at
 the end, its own CPU (:func:`timestep_lab.usage.server_usage_line`), which
 ``benchmarks/study_cost.py`` adds.
@@ -15,10 +24,12 @@ the end, its own CPU (:func:`timestep_lab.usage.server_usage_line`), which
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import os
 import pkgutil
 import selectors
+import shutil
 import signal
 import socket
 import sys
@@ -27,12 +38,13 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from timestep_lab.usage import server_usage_line
 from timestep_lab.warmstart.protocol import recv_request
 from timestep_lab.warmstart.worker import become_job, run_job
 
-__all__ = ["PRELOAD", "Server", "preload", "main"]
+__all__ = ["PRELOAD", "Server", "preload", "package_signature", "main"]
 
 #: imported before the first fork, besides every timestep_lab module: what the commands import
 #: inside functions (measured: an adaptive-sampler training job imported sklearn, 1.2 CPU-s; a
@@ -59,6 +71,35 @@ def preload(modules: tuple[str, ...] = PRELOAD, package: str = "timestep_lab") -
     return failed
 
 
+def package_signature(root: str | Path) -> tuple[tuple[str, int, int], ...]:
+    """``(relative path, size, mtime_ns)`` of every file under the package folder ``root``
+    (``__pycache__`` aside), sorted: any edit, new or deleted file changes it. About 1 ms."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                st = os.stat(path)
+            except OSError:  # removed while we walked: a change all the same
+                continue
+            out.append((os.path.relpath(path, root), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel SIGKILL this (forked) process when ``parent`` ends, however it ends;
+    exit now if it has ended already (between the fork and here)."""
+    if _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def fork_hazards() -> list[str]:
     """What would make a fork unsafe now: other threads, an initialised CUDA context."""
     hazards = [f"thread {t.name}" for t in threading.enumerate() if t is not threading.main_thread()]
@@ -77,13 +118,17 @@ class _Job:
 
 
 class Server:
-    """Accept requests on ``listener`` and run each as ``entry(argv[1:], warm=True)`` in a forked worker."""
+    """Accept requests on ``listener`` and run each as ``entry(argv[1:], warm=True)`` in a forked
+    worker, as long as the package folder ``package`` still has ``signature``
+    (:func:`package_signature`, taken before the server imported it); else reply ``fresh``."""
 
-    def __init__(self, listener: socket.socket, entry: Callable[..., int], log=sys.stderr):
+    def __init__(self, listener: socket.socket, entry: Callable[..., int], log=sys.stderr,
+                 package: str | None = None, signature: tuple | None = None):
         self.listener, self.entry, self.log = listener, entry, log
         self.sel = selectors.DefaultSelector()
         self.jobs: dict[int, _Job] = {}
         self.cwd = os.getcwd()
+        self.package, self.signature, self.stale = package, signature, False
 
     def serve(self, parent_fd: int = 0) -> None:
         """Serve until ``parent_fd`` reaches end of file; then terminate and reap what still runs."""
@@ -112,11 +157,22 @@ class Server:
             conn.close()
             return
         conn.settimeout(None)
+        if self._package_changed():  # this job, and every later one, starts itself with the code on disk
+            for fd in fds:
+                os.close(fd)
+            try:
+                conn.sendall(b"fresh\n")
+            except OSError:
+                pass
+            conn.close()
+            return
         self.log.flush()
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:  # the worker: never returns into the server's loop
             status = 1
             try:
+                _die_with(server)  # a worker never outlives the server (nor writes after it)
                 os.setpgid(0, 0)
                 self.sel.close()
                 self.listener.close()
@@ -140,6 +196,22 @@ class Server:
         self.jobs[pid] = job
         self.sel.register(job.pidfd, selectors.EVENT_READ, ("exited", pid))
         self.sel.register(conn, selectors.EVENT_READ, ("client", pid))
+        try:  # the client waits for this pid to be gone if the server dies first
+            conn.sendall(f"pid {pid}\n".encode())
+        except OSError:
+            pass
+
+    def _package_changed(self) -> bool:
+        """Whether a file of the package changed since the server started (then it stays so)."""
+        if self.stale or self.package is None:
+            return self.stale
+        now = package_signature(self.package)
+        if now != self.signature:
+            self.stale = True
+            what = sorted(set(now) ^ set(self.signature or ()))
+            print(f"package changed since the server started ({what[0][0] if what else self.package}): "
+                  f"not forking any more; jobs start fresh", file=self.log, flush=True)
+        return self.stale
 
     def _from_client(self, pid: int) -> None:
         job = self.jobs[pid]
@@ -147,9 +219,9 @@ class Server:
             data = job.conn.recv(4096)
         except OSError:
             data = b""
-        if not data:  # the client is gone (killed): so is its job
+        if not data:  # the client is gone (killed): so is its job, at once (it may ignore SIGTERM)
             self.sel.unregister(job.conn)
-            _killpg(pid, signal.SIGTERM)
+            _killpg(pid, signal.SIGKILL)
             return
         for line in data.decode(errors="replace").splitlines():
             kind, _, number = line.partition(" ")
@@ -213,8 +285,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="MODULE:FUNCTION called as FUNCTION(argv[1:], warm=True) in each worker; returns the exit status "
                         "(the workflow gives timestep_lab.cli:run_command)")
     p.add_argument("--no-preload", action="store_true", help="import nothing ahead (tests)")
+    p.add_argument("--remove-folder", action="store_true",
+                   help="remove the socket's folder at the end (the workflow makes one per run)")
     args = p.parse_args(argv)
     t0 = time.monotonic()
+    package = os.path.dirname(importlib.import_module("timestep_lab").__file__)
+    signature = package_signature(package)  # before the imports: an edit during them counts as a change
+    # the code identity of what is imported now, computed once: every worker inherits it (and the
+    # server forks nothing once a file differs, so it stays true)
+    importlib.import_module("timestep_lab.identity").current()
     entry = _entry(args.entry)
     for name in [] if args.no_preload else preload():
         print(f"not preloaded: {name}", file=sys.stderr)
@@ -237,10 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         print(f"ready in {time.monotonic() - t0:.1f} s, pid {os.getpid()}", file=sys.stderr, flush=True)
-        Server(listener, entry).serve()
+        Server(listener, entry, package=package, signature=signature).serve()
     finally:
         listener.close()
         _unlink(args.socket)
+        if args.remove_folder:
+            shutil.rmtree(os.path.dirname(args.socket), ignore_errors=True)
         print(server_usage_line(), file=sys.stderr, flush=True)
     return 0
 

@@ -21,7 +21,7 @@ from timestep_lab.timeranges import scale_range
 from timestep_lab.workflow.checked import check_run_configs
 from timestep_lab.workflow.run_yaml import write_run_config
 from timestep_lab.workflow.runs import AXES, Run, build_runs, deep_merge, eval_sample, prepared_dir, run_config
-from timestep_lab.workflow.snakefile import launcher, opt, schema_error_summary
+from timestep_lab.workflow.snakefile import config_source_error, launcher, opt, schema_error_summary
 from timestep_lab.workflow.study import check_spelling, contribution_ranges, reference_run, study_runs
 
 __all__ = [
@@ -41,5 +41,6 @@ __all__ = [
     "launcher",
     "opt",
     "schema_error_summary",
+    "config_source_error",
     "check_run_configs",
 ]

@@ -2,7 +2,8 @@
 
 Reads ``results/<study>/runs/<run>/{train_log.jsonl, metrics.json, fid_progress.json}`` and writes
 ``metrics.csv`` (one row per run x stage x images seen x metric x tool, with the measuring
-protocol and the run's ``arm`` = its id without the seed), ``runs.csv`` and ``summary.json``
+protocol, the code identity that computed it and the run's ``arm`` = its id without the seed),
+``runs.csv`` (with the code identities that trained and scored each run) and ``summary.json``
 (DVC metrics: final FID per group variant over seeds, and per group the paired comparisons of
 every arm with the group's baseline: difference, 95% interval, Holm-adjusted p, verdict,
 detectable effect, censored speed-up; docs/methods.md §9; and the study's FID floor).
@@ -22,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from timestep_lab.identity import describe, distinct, identity_key
 from timestep_lab.io import atomic_path, atomic_write_json, read_json
 from timestep_lab.stats import json_safe
 from timestep_lab.verdicts import (
@@ -32,7 +34,7 @@ from timestep_lab.verdicts import (
     study_comparisons,
 )
 
-__all__ = ["collect", "summarize", "write_verdicts", "load_tables", "VERDICTS_FORMAT"]
+__all__ = ["collect", "summarize", "write_verdicts", "load_tables", "code_summary", "VERDICTS_FORMAT"]
 
 
 def _median_step_time(log_records: list[dict]) -> float | None:
@@ -48,8 +50,9 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
     tidy metrics table (one row per run x stage x images seen x metric x tool), a run table, and
     a small JSON summary (DVC metrics: final FID per group variant, mean over seeds; ``floor``: the
     study's ``eval/floor.json`` as it is, when the study has a held-out split; ``floor_json`` may be
-    a path or a list of at most one, as a rule's optional input is)."""
-    rows, run_rows = [], []
+    a path or a list of at most one, as a rule's optional input is); ``code``: the code identities that trained and scored the
+    runs (:func:`code_summary`)."""
+    rows, run_rows, codes = [], [], {}
     root = Path(results_dir) / "runs"
     for rid, info in runs.items():
         axes, groups = info["axes"], info["groups"]
@@ -61,22 +64,29 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
         # runs outside every group (slot fine-tunes, toward_zero retraining) are analysed, not scored
         model_status = "missing" if groups else "unscored"
         metrics_file = rdir / "metrics.json"
+        trained = distinct(r.get("code") for r in log)  # several: resumed under other code
+        scored = []
         if metrics_file.exists():
             m = json.loads(metrics_file.read_text())
             model_status = m.get("status", "ok")
+            scored.append(m.get("code"))
             for rec in m.get("records", []):
                 rows.append({**base, "stage": "final", "nimg": m.get("nimg", rec.get("nimg")), **_record(rec)})
         prog_file = rdir / "fid_progress.json"
         if prog_file.exists():
             for point in json.loads(prog_file.read_text()).get("points", []):
+                scored.append(point.get("code"))
                 for rec in point.get("records", []):
                     rows.append({**base, "stage": "progress", "nimg": point["nimg"], **_record(rec)})
         if not log and not metrics_file.exists():
             continue
+        codes[rid] = trained + distinct(scored)
         run_rows.append({**base, "status": model_status, "nimg": log[-1]["nimg"] if log else None,
                          "final_loss": log[-1]["loss"] if log else None, "sec_per_step": _median_step_time(log),
                          "wall_time_s": log[-1]["wall_time_s"] if log else None,
-                         "train_log": str(log_file) if log else ""})
+                         "train_log": str(log_file) if log else "",
+                         "train_code": "; ".join(describe(c) for c in trained) if log else None,
+                         "score_code": "; ".join(describe(c) for c in distinct(scored)) if scored else None})
     metrics = pd.DataFrame(rows)
     if len(metrics):
         metrics["kimg"] = metrics["nimg"] / 1000.0
@@ -90,7 +100,25 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
         floor_json = next(iter(floor_json), None)
     if floor_json and Path(floor_json).is_file():
         summary["floor"] = read_json(floor_json)
+    summary["code"] = code_summary(codes)
     atomic_write_json(summary_json, summary)
+
+
+def code_summary(codes: Mapping[str, list]) -> dict[str, Any]:
+    """The code identities that trained and scored the runs (``{run: [identity, ...]}``):
+    ``{"identities": [{"identity", "label", "runs"}], "mixed": more than one}``. A run that
+    recorded none counts as an identity of its own ("unknown"): a study cannot be shown to come
+    from one code version unless every run says so."""
+    found: list[dict[str, Any]] = []
+    for rid, idents in codes.items():
+        for ident in idents:
+            entry = next((e for e in found if identity_key(e["identity"]) == identity_key(ident)), None)
+            if entry is None:
+                entry = {"identity": ident, "label": describe(ident), "runs": []}
+                found.append(entry)
+            if rid not in entry["runs"]:
+                entry["runs"].append(rid)
+    return {"identities": found, "mixed": len(found) > 1}
 
 
 def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,6 +130,9 @@ def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
     out["method"] = out.pop("sampler")  # the reverse sampler; "sampler" is the timestep-sampler axis
     seeds = rec.get("seed_range")
     out["seeds"] = f"{seeds[0]}-{seeds[1]}" if seeds else None
+    code = rec.get("code") or {}
+    out.update(code_commit=code.get("commit"), code_dirty=code.get("dirty"), code_source_sha256=code.get("source_sha256"),
+               code_lock_sha256=code.get("lock_sha256"))
     return out
 
 

@@ -1,9 +1,11 @@
-"""Small helpers the Snakefile's rules call: the training launcher, optional shell flags, and a
-one-line summary of a schema-validation error.
+"""Small helpers the Snakefile's rules call: the training launcher, optional shell flags, a
+one-line summary of a schema-validation error, and the check of the config file's own name.
 
 Command-line pieces are lists of arguments, never pre-joined strings: a rule pastes them with
 ``{params.x:q}``, which quotes every element, so no config value is ever read by the shell as
-code and a path with a space stays one argument.
+code and a path with a space stays one argument. An option that carries a value is one word,
+``--flag=value``: a value that starts with '-' (a path named ``--help``) stays the option's value
+instead of becoming an option of its own (tests/test_injection.py renders every rule).
 
 No Snakemake import, no torch, no files.
 """
@@ -13,19 +15,28 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["launcher", "opt", "schema_error_summary"]
+__all__ = ["launcher", "opt", "schema_error_summary", "NAME_PATTERN", "PATH_PATTERN", "config_source_error"]
+
+#: the schema's pattern of a name (workflow/schemas/config.schema.yaml, ``identifier``): matched
+#: whole, ``$(?!\n)``, since jsonschema's ``$`` also matches before a final newline
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$(?!\n)"
+#: the schema's pattern of a path (``path``): no control character, no brace
+PATH_PATTERN = r"^[^\x00-\x1f\x7f-\x9f{}]*$(?!\n)"
+_RULES = {NAME_PATTERN: "a name holds only letters, digits, '_', '.' and '-', and starts with neither '.' nor '-'",
+          PATH_PATTERN: "a path may hold neither a control character (NUL, newline, tab, ...) nor a brace "
+                        "(Snakemake reads '{...}' as a wildcard)"}
 
 
 def launcher(gpus: int) -> list[str]:
     """The command prefix of a training job (argv): one process, or torchrun with one process per GPU."""
     if gpus > 1:
-        return ["torchrun", "--standalone", "--nproc_per_node", str(int(gpus)), "-m", "timestep_lab"]
+        return ["torchrun", "--standalone", f"--nproc_per_node={int(gpus)}", "-m", "timestep_lab"]
     return ["python", "-m", "timestep_lab"]
 
 
 def opt(flag: str, value: Any) -> list[str]:
-    """``["--flag", "value"]``, or no arguments when ``value`` is None or empty."""
-    return [] if value is None or value == "" else [flag, str(value)]
+    """``["--flag=value"]`` (one word: module docstring), or no arguments when ``value`` is None or empty."""
+    return [] if value is None or value == "" else [f"{flag}={value}"]
 
 
 def schema_error_summary(message: str) -> str:
@@ -36,4 +47,14 @@ def schema_error_summary(message: str) -> str:
     where = next((ln for ln in message.splitlines() if ln.startswith("On instance")), "")
     keys = re.findall(r"\[(?:'([^']*)'|(\d+))\]", where)
     path = ".".join(k or i for k, i in keys)
+    for pattern, rule in _RULES.items():  # say what the pattern means instead of quoting it
+        reason = reason.replace(f"does not match {pattern!r}", f"is refused: {rule}")
     return f"{path}: {reason}" if path else f"{reason} (workflow/schemas/config.schema.yaml)"
+
+
+def config_source_error(name: str) -> str | None:
+    """Why the config file ``name`` (``--configfile``) cannot be a rule's input, or None: a
+    control character, or a brace that Snakemake would read as a wildcard."""
+    if re.search(PATH_PATTERN, name) is None:
+        return f"{name!r}: cannot be used as the study config's file name: {_RULES[PATH_PATTERN]}; rename the file"
+    return None

@@ -7,11 +7,17 @@ ends (its standard input is a pipe from that process). ``start`` returns once th
 listens (its imports take 6-7 CPU-s), so every job of the run is forked; if it is not ready
 within :data:`READY_TIMEOUT_S`, or fails, jobs find no socket and start fresh, as they do with
 warm start off.
+
+The socket lives in a temporary folder ``tlab-warm-<pid of snakemake>-*`` that ``stop`` removes,
+and the server too when it ends (a killed ``snakemake`` never calls ``stop``); one left behind
+all the same (both killed) is removed by the next ``start`` once that pid is gone
+(:func:`clear_stale_folders`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +27,7 @@ from pathlib import Path
 
 from timestep_lab.warmstart import SOCKET_ENV
 
-__all__ = ["WarmStart", "supported", "ENTRY", "MIN_JOBS", "READY_TIMEOUT_S"]
+__all__ = ["WarmStart", "supported", "clear_stale_folders", "ENTRY", "MIN_JOBS", "READY_TIMEOUT_S", "FOLDER_PREFIX"]
 
 #: what each worker runs: ``python -m timestep_lab``'s command line, usage line included
 ENTRY = "timestep_lab.cli:run_command"
@@ -34,16 +40,56 @@ MIN_JOBS = 3
 READY_TIMEOUT_S = 120.0
 
 
+#: the socket folders' name prefix; the pid of the process that made the folder follows
+FOLDER_PREFIX = "tlab-warm-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def clear_stale_folders(root: str | Path | None = None) -> list[str]:
+    """Remove this user's socket folders under ``root`` (default: the temp folder) whose maker
+    (the pid in the name) has ended: a ``snakemake`` and its server both killed. Returns them."""
+    root = Path(root or tempfile.gettempdir())
+    pattern = re.compile(rf"^{re.escape(FOLDER_PREFIX)}(\d+)-")
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.match(entry.name)
+        try:
+            mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()
+        except OSError:
+            continue
+        if m and mine and not _alive(int(m.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
 def supported() -> bool:
     """Warm start needs ``fork`` and ``pidfd_open`` (Linux 5.3+)."""
     return hasattr(os, "fork") and hasattr(os, "pidfd_open")
 
 
 class WarmStart:
-    """The server of one ``snakemake`` run, logging to ``log``; a no-op unless ``enabled``."""
+    """The server of one ``snakemake`` run, logging to ``log``; a no-op unless ``enabled``.
+    ``tmp_dir``: where its socket folder goes (default: the temp folder); ``preload=False``: the
+    server imports nothing ahead (tests)."""
 
-    def __init__(self, log: str | Path, enabled: bool = True):
+    def __init__(self, log: str | Path, enabled: bool = True, tmp_dir: str | Path | None = None,
+                 preload: bool = True):
         self.log, self.enabled = Path(log), enabled and supported()
+        self.tmp_dir, self.preload = tmp_dir, preload
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
 
@@ -55,13 +101,15 @@ class WarmStart:
         CPU-s) besides the server's; it also makes where a job runs not depend on timing."""
         if not self.enabled or self.proc is not None:
             return
-        self.dir = tempfile.mkdtemp(prefix="tlab-warm-")  # short: a socket path has at most 107 bytes
+        clear_stale_folders(self.tmp_dir)
+        # short: a socket path has at most 107 bytes
+        self.dir = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-", dir=self.tmp_dir)
         path = os.path.join(self.dir, "socket")
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "a") as log:
             # its own session: a Ctrl-C reaches the jobs (through their clients), not the server
             self.proc = subprocess.Popen([sys.executable, "-m", "timestep_lab.warmstart.server", "--socket", path,
-                                          "--entry", ENTRY],
+                                          "--entry", ENTRY, "--remove-folder", *([] if self.preload else ["--no-preload"])],
                                          stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + ready_timeout_s
         while not os.path.exists(path) and self.proc.poll() is None and time.monotonic() < deadline:
