@@ -33,7 +33,7 @@ import torch
 
 from timestep_lab.checksums import NPZ_CHECKSUMS
 from timestep_lab.errors import InputError
-from timestep_lab.io import ArtifactError, atomic_path, npz_checksums, read_npz_member, save_npz, sha256_file
+from timestep_lab.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
 from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input, trained
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages

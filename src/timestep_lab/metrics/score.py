@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from timestep_lab.config import EvalConfig
-from timestep_lab.features import load_digits_cnn
+from timestep_lab.features import load_feature_net
 from timestep_lab.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import (
     LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input, trained,
@@ -55,7 +55,7 @@ def scoring_spec(ref: Reference, cfg: EvalConfig, weights: str | Path | None) ->
     # the same hash means the same file, so hashing is all that is needed here
     files = resolve_weights(name, weights, tools, cfg.download_weights, cfg.download_timeout_s)
     dim = int(ref.meta["feature_dim"])
-    own = 2048 if name == "inception-v3" else int(load_digits_cnn(next(iter(files.values())))[1]["feature_dim"])
+    own = 2048 if name == "inception-v3" else int(load_feature_net(next(iter(files.values())), expect=name)[1]["feature_dim"])
     if dim != own:  # the libraries would compare statistics of different sizes (an AssertionError)
         raise ArtifactError(f"{ref.path}: holds {dim}-dimensional features, but the {name} extractor gives {own}; "
                             f"recompute the reference with these weights")
