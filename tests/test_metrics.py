@@ -136,6 +136,18 @@ def test_fid_and_kid_of_a_set_against_itself_are_zero(digits_ref, digits_dir):
     assert res["precision"] == 1.0 and res["recall"] == 1.0
 
 
+def test_samples_of_a_pretrained_checkpoint_are_scored_without_images_seen(digits_ref, digits_test_dir):
+    """A pretrained reference (diffusers, guided-diffusion) records ``nimg: None``: how long it
+    trained is unknown. Scoring its samples must not fail after the sampling is paid for (it
+    raised a TypeError in every timestep-contribution job of the paper configs)."""
+    images = np.array(PreparedData(digits_test_dir).images)[:40]
+    cfg = EvalConfig(kid_subsets=2, kid_subset_size=20, precision_recall=False)
+    pretrained = evaluate_samples(images, digits_ref, cfg=cfg, samples_meta={"nimg": None, "model_format": "diffusers"})
+    assert "nimg" not in pretrained and "kimg" not in pretrained and np.isfinite(pretrained["fid"])
+    ours = evaluate_samples(images, digits_ref, cfg=cfg, samples_meta={"nimg": 1536})
+    assert (ours["nimg"], ours["kimg"]) == (1536, 1.536) and ours["fid"] == pretrained["fid"]
+
+
 def test_both_tools_agree_with_our_frechet_distance_on_digits_features(digits_ref, digits_cnn, digits_test_dir):
     test = np.array(PreparedData(digits_test_dir).images)
     res = evaluate_samples(test, digits_ref, cfg=FAST)
