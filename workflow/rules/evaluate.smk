@@ -113,7 +113,8 @@ rule collect:
     input:
         metrics=expand(f"{RES}/runs/{{run}}/metrics.json", run=evaluated_runs()),
         progress=expand(f"{RES}/runs/{{run}}/fid_progress.json", run=progress_runs()),
-        logs=expand(f"{RES}/runs/{{run}}/train_log.jsonl", run=evaluated_runs()),
+        # runs trained here (a pretrained reference has no training log: asking for one trained it)
+        logs=expand(f"{RES}/runs/{{run}}/train_log.jsonl", run=[r for r in evaluated_runs() if r in trained_runs()]),
     output:
         metrics=f"{RES}/metrics.csv",
         runs=f"{RES}/runs.csv",
