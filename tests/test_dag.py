@@ -1,6 +1,8 @@
 """The smoke study's DAG, planned by `snakemake -n` in a fresh copy of the repo: the verdict
 wiring (interference against its control over every seed, verdicts.json, every report and the
-index reading it) and the single-seed interference matrix built from the reference seed only."""
+index reading it) and the single-seed interference matrix built from the reference seed only.
+The paper configs' cluster DAG (`--profile cluster -n`, as the README submits them): a
+pretrained reference is read in its format and never trained, and jobs get the configured threads."""
 
 from __future__ import annotations
 
@@ -14,9 +16,13 @@ pytestmark = pytest.mark.workflow
 
 
 @pytest.fixture(scope="module")
-def plan(tmp_path_factory) -> str:
-    root = copy_worktree(tmp_path_factory.mktemp("dag") / "repo")
-    r = run(["snakemake", "-n", "-p", "--configfile", "config/smoke.yaml"], root, study_env(), timeout=300)
+def repo(tmp_path_factory):
+    return copy_worktree(tmp_path_factory.mktemp("dag") / "repo")
+
+
+@pytest.fixture(scope="module")
+def plan(repo) -> str:
+    r = run(["snakemake", "-n", "-p", "--configfile", "config/smoke.yaml"], repo, study_env(), timeout=300)
     assert r.returncode == 0, r.stdout[-4000:]
     return r.stdout
 
@@ -102,3 +108,30 @@ def test_a_rerun_checks_no_unchanged_run_config_and_imports_no_torch(tmp_path):
     errors = [line for line in bad.stdout.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "config/smoke.yaml (run speed_" in errors[0] and "Traceback" not in bad.stdout, \
         bad.stdout[-3000:]
+
+
+@pytest.mark.parametrize("study, fmt, pretrained", [("cifar10", "diffusers", "data/pretrained/ddpm-cifar10-32"),
+                                                    ("imagenet", "guided_diffusion",
+                                                     "data/pretrained/256x256_diffusion_uncond.pt")])
+def test_paper_config_on_the_cluster_reads_the_pretrained_reference_and_keeps_its_threads(repo, study, fmt,
+                                                                                          pretrained):
+    """The README's cluster command, dry run: the pretrained reference is scored and analysed
+    read in its format, no job trains a `reference` model (collect asked for its training log),
+    and every job gets the config's 8 threads, not the submitting host's core count (the local
+    profile's `cores: all` capped them at 2)."""
+    r = run(["snakemake", "--profile", "cluster", "-n", "-p", "--configfile", f"config/{study}.yaml"], repo,
+            study_env(), timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:]
+    out = r.stdout
+    trains = _jobs(out, "train")
+    assert len(trains) == 48 and not [j for j in trains if "wildcards: run=reference\n" in j + "\n"]
+    assert f"results/{study}/runs/reference/" not in "".join(trains)
+    (collect,) = _jobs(out, "collect")
+    assert f"results/{study}/runs/reference/metrics.json" in collect
+    assert f"results/{study}/runs/reference/train_log.jsonl" not in collect
+    (ref,) = [j for j in _jobs(out, "sample_score") if "wildcards: run=reference\n" in j]
+    assert f"sample-score --model {pretrained} --format {fmt} " in ref
+    contribution = _jobs(out, "sample_score_contribution")
+    assert len(contribution) == 6 and all(f"--model {pretrained} --format {fmt} " in j for j in contribution)
+    assert set(re.findall(r"threads: (\d+)", out)) == {"8"}
+    assert set(re.findall(r"--threads (\d+)", out)) == {"8"}
