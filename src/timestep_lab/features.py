@@ -1,4 +1,6 @@
-"""The digits feature extractor: a small CNN classifier trained on the digits training split.
+"""The small feature networks: the digits CNN trained here, and the rehearsal's random stand-in.
+
+The digits feature extractor: a small CNN classifier trained on the digits training split.
 
 On the embedded default data set (8x8 grey digits) Inception-v3 features are meaningless, so
 the pipeline trains this classifier once (``python -m timestep_lab train-features``) and uses
@@ -30,6 +32,19 @@ Weights file (``torch.load(..., weights_only=True)``-loadable dict)::
 and a sidecar ``<weights>.json`` with the sha256 of the weights file itself (a file cannot
 hold its own hash). Every metrics file records the sha256 of the weights it used.
 
+The rehearsal stand-in (``rehearsal-cnn-v1``, :class:`RehearsalCNN`): random weights, never
+trained, in the same file format (``arch`` names it, ``random: true``); it stands in for
+Inception in a fast rehearsal (``python -m timestep_lab rehearse --fast-features``), whose FIDs
+of 32-d features cost microseconds where a 2048-d Inception FID costs ~25 CPU-s on a CPU.
+Input uint8 ``[B, C, H, W]`` of any size (C of the file)::
+
+    x / 127.5 - 1
+    conv3x3(C->16) ReLU  conv3x3(16->32, stride 2) ReLU  adaptive avgpool(4x4)
+    flatten(512)  linear(512->32)                            # = features [B, 32]
+    ReLU  linear(32->10)                                     # = logits (unused)
+
+:func:`load_feature_net` reads either file; :func:`load_digits_cnn` only the digits CNN.
+
 The metric libraries' adapters for this network are in :mod:`timestep_lab.metrics.extractors`.
 Must not know: FID/KID, reference statistics or the metric libraries.
 """
@@ -50,12 +65,13 @@ from torch import Tensor, nn
 from timestep_lab.data import DataError, PreparedData
 from timestep_lab.io import ArtifactError, atomic_write_json, load_torch, save_torch, sha256_file
 
-__all__ = ["DIGITS_ARCH", "FEATURE_FORMAT", "DigitsCNN", "TrainedFeatures", "train_digits_cnn", "load_digits_cnn",
-           "sidecar_path", "accuracy"]
+__all__ = ["DIGITS_ARCH", "REHEARSAL_ARCH", "FEATURE_FORMAT", "DigitsCNN", "RehearsalCNN", "TrainedFeatures",
+           "train_digits_cnn", "load_digits_cnn", "write_rehearsal_cnn", "load_feature_net", "sidecar_path", "accuracy"]
 
 log = logging.getLogger(__name__)
 
 DIGITS_ARCH = "digits-cnn-v1"
+REHEARSAL_ARCH = "rehearsal-cnn-v1"
 FEATURE_FORMAT = "timestep_lab.feature_extractor/1"
 
 
@@ -79,6 +95,45 @@ class DigitsCNN(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.features(x))
+
+    def check_input(self, x: Tensor) -> None:
+        """Raise unless ``x`` is uint8 ``[B, 1, 8, 8]`` (what the network was trained on)."""
+        if not (torch.is_tensor(x) and x.dtype == torch.uint8 and x.dim() == 4 and x.shape[1:] == (1, 8, 8)):
+            raise ValueError(f"digits-cnn expects uint8 [B, 1, 8, 8], got {getattr(x, 'dtype', type(x))} "
+                             f"{list(getattr(x, 'shape', []))}")
+
+
+class RehearsalCNN(nn.Module):
+    """The rehearsal's random stand-in for Inception (module docstring): ``features(x) ->
+    [B, feature_dim]`` for uint8 ``[B, in_channels, H, W]``, any H, W >= 4."""
+
+    def __init__(self, in_channels: int = 3, feature_dim: int = 32, num_classes: int = 10):
+        super().__init__()
+        self.in_channels, self.feature_dim, self.num_classes = in_channels, feature_dim, num_classes
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, 16, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(), nn.Linear(32 * 4 * 4, feature_dim),
+        )
+        self.head = nn.Sequential(nn.ReLU(), nn.Linear(feature_dim, num_classes))
+
+    def features(self, x: Tensor) -> Tensor:
+        return self.body(x.float() / 127.5 - 1.0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x))
+
+    def check_input(self, x: Tensor) -> None:
+        if not (torch.is_tensor(x) and x.dim() == 4 and x.shape[1] == self.in_channels and min(x.shape[2:]) >= 4):
+            raise ValueError(f"rehearsal-cnn expects [B, {self.in_channels}, H >= 4, W >= 4], got "
+                             f"{list(getattr(x, 'shape', []))}")
+
+
+#: ``arch`` of a feature-network file -> its network class (built from the file's fields)
+FEATURE_NETS: dict[str, Any] = {
+    DIGITS_ARCH: lambda obj: DigitsCNN(int(obj["feature_dim"]), int(obj["num_classes"])),
+    REHEARSAL_ARCH: lambda obj: RehearsalCNN(int(obj["in_channels"]), int(obj["feature_dim"]), int(obj["num_classes"])),
+}
 
 
 def sidecar_path(weights: str | Path) -> Path:
@@ -188,17 +243,46 @@ def train_digits_cnn(train_dir: str | Path, test_dir: str | Path, out: str | Pat
     return TrainedFeatures(out, digest, acc, len(test), meta)
 
 
-def load_digits_cnn(path: str | Path, device: Any = "cpu") -> tuple[DigitsCNN, dict[str, Any]]:
-    """Load a weights file written by :func:`train_digits_cnn`: ``(network in eval mode, metadata)``."""
+_WRITTEN_BY = {DIGITS_ARCH: "`python -m timestep_lab train-features`", REHEARSAL_ARCH: "`python -m timestep_lab rehearse`"}
+
+
+def load_feature_net(path: str | Path, device: Any = "cpu", arch: str | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Load a feature-network file (:data:`FEATURE_FORMAT`; ``arch``: require that network):
+    ``(network in eval mode, metadata)``."""
     path = Path(path)
     obj = load_torch(path, map_location="cpu")
-    if not isinstance(obj, dict) or obj.get("format") != FEATURE_FORMAT or obj.get("arch") != DIGITS_ARCH:
-        raise ArtifactError(f"{path}: not a {DIGITS_ARCH} weights file (write one with "
-                            f"`python -m timestep_lab train-features`)")
-    net = DigitsCNN(int(obj["feature_dim"]), int(obj["num_classes"]))
+    if not isinstance(obj, dict) or obj.get("format") != FEATURE_FORMAT or obj.get("arch") not in FEATURE_NETS \
+            or arch not in (None, obj.get("arch")):
+        want = arch or " or ".join(FEATURE_NETS)
+        raise ArtifactError(f"{path}: not a {want} weights file (write one with "
+                            f"{_WRITTEN_BY.get(arch, 'train-features or rehearse')})")
+    net = FEATURE_NETS[obj["arch"]](obj)
     try:
         net.load_state_dict(obj["state_dict"])
     except RuntimeError as exc:
-        raise ArtifactError(f"{path}: weights do not fit {DIGITS_ARCH} ({str(exc).splitlines()[0]})") from None
+        raise ArtifactError(f"{path}: weights do not fit {obj['arch']} ({str(exc).splitlines()[0]})") from None
     net.requires_grad_(False)
     return net.to(device).eval(), {k: v for k, v in obj.items() if k != "state_dict"}
+
+
+def load_digits_cnn(path: str | Path, device: Any = "cpu") -> tuple[DigitsCNN, dict[str, Any]]:
+    """Load a weights file written by :func:`train_digits_cnn`: ``(network in eval mode, metadata)``."""
+    return load_feature_net(path, device, DIGITS_ARCH)
+
+
+def write_rehearsal_cnn(out: str | Path, in_channels: int, *, seed: int = 0) -> Path:
+    """A :class:`RehearsalCNN` with random weights (Kaiming-normal convolutions, drawn from
+    ``seed``: the same bytes every time) -> ``out`` and its sidecar."""
+    gen = torch.Generator().manual_seed(seed)
+    net = RehearsalCNN(in_channels)
+    with torch.no_grad():
+        for p in net.parameters():
+            fan_in = p[0].numel() if p.dim() > 1 else 1
+            p.copy_(torch.randn(p.shape, generator=gen) * (math.sqrt(2.0 / fan_in) if p.dim() > 1 else 0.1))
+    meta = {"format": FEATURE_FORMAT, "arch": REHEARSAL_ARCH, "feature_dim": net.feature_dim,
+            "num_classes": net.num_classes, "in_channels": in_channels, "random": True, "seed": seed,
+            "torch_version": str(torch.__version__)}
+    out = Path(out)
+    save_torch({**meta, "state_dict": {k: v.detach().clone() for k, v in net.state_dict().items()}}, out)
+    atomic_write_json(sidecar_path(out), {"file": out.name, "sha256": sha256_file(out), **meta})
+    return out

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from timestep_lab.cli.common import command, config_args, device, eval_config, log, runtime_args
+from timestep_lab.config import FEATURE_EXTRACTORS
 from timestep_lab.io import sha256_file
 
 # ------------------------------------------------------------------------------- prepare
@@ -66,10 +67,11 @@ def cmd_train_features(args: argparse.Namespace) -> int:
 
 def _reference_stats_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="prepared data folder (the reference set)")
-    p.add_argument("--extractor", choices=("digits-cnn", "inception-v3"), default=None,
+    p.add_argument("--extractor", choices=FEATURE_EXTRACTORS, default=None,
                    help="feature extractor (default: eval.feature_extractor, else digits-cnn)")
     p.add_argument("--weights", type=Path, default=None,
-                   help="digits-cnn weights file, or folder with the Inception weights (default: eval.feature_weights)")
+                   help="digits-cnn or rehearsal-cnn weights file, or folder with the Inception weights "
+                        "(default: eval.feature_weights)")
     p.add_argument("--out", type=Path, required=True, help="reference .npz to write")
     p.add_argument("--max-images", type=int, default=None, help="use only the first N images")
     config_args(p)

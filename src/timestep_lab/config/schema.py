@@ -26,7 +26,11 @@ __all__ = [
     "SampleConfig",
     "EvalConfig",
     "RunConfig",
+    "FEATURE_EXTRACTORS",
 ]
+
+#: the feature extractors an evaluation may name (timestep_lab.metrics.extractors runs them)
+FEATURE_EXTRACTORS = ("digits-cnn", "inception-v3", "rehearsal-cnn")
 
 
 class ConfigError(ValueError):
@@ -231,8 +235,8 @@ class EvalConfig:
     drawn with seed ``kid_seed`` (both tools).
     """
 
-    feature_extractor: str | None = None  # digits-cnn | inception-v3 | null (see above)
-    feature_weights: str | None = None  # weights file (digits-cnn) or folder (inception-v3)
+    feature_extractor: str | None = None  # digits-cnn | inception-v3 | rehearsal-cnn | null (see above)
+    feature_weights: str | None = None  # weights file (digits-cnn, rehearsal-cnn) or folder (inception-v3)
     num_samples: int | None = None  # None: all samples in samples.npz
     tools: tuple[str, ...] = ("torch-fidelity", "clean-fid")
     kid: bool = True
@@ -245,8 +249,8 @@ class EvalConfig:
     download_timeout_s: float = 10.0  # network timeout of that download (DNS and socket)
 
     def __post_init__(self) -> None:
-        _require(self.feature_extractor in (None, "digits-cnn", "inception-v3"),
-                 f"feature_extractor must be digits-cnn or inception-v3, got {self.feature_extractor!r}")
+        _require(self.feature_extractor in (None, *FEATURE_EXTRACTORS),
+                 f"feature_extractor must be one of {', '.join(FEATURE_EXTRACTORS)}, got {self.feature_extractor!r}")
         _require(self.num_samples is None or self.num_samples >= 2, f"num_samples must be >= 2 or null, got {self.num_samples}")
         _require(len(self.tools) > 0 and all(t in ("torch-fidelity", "clean-fid") for t in self.tools)
                  and len(set(self.tools)) == len(self.tools),

@@ -30,7 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from timestep_lab.components import build_model
 from timestep_lab.config import config_from_dict
-from timestep_lab.features import DigitsCNN
+from timestep_lab.features import DigitsCNN, RehearsalCNN
 
 __all__ = ["NetworkCost", "count_flops", "network_cost", "extractor_flops", "EXTRACTORS"]
 
@@ -88,7 +88,8 @@ def _digits_cnn() -> nn.Module:
     return DigitsCNN()
 
 
-EXTRACTORS = {"inception-v3": (_inception, (1, 3, 299, 299)), "digits-cnn": (_digits_cnn, (1, 1, 8, 8))}
+EXTRACTORS = {"inception-v3": (_inception, (1, 3, 299, 299)), "digits-cnn": (_digits_cnn, (1, 1, 8, 8)),
+              "rehearsal-cnn": (RehearsalCNN, (1, 3, 32, 32))}
 
 
 @functools.lru_cache(maxsize=None)

@@ -37,7 +37,7 @@ from timestep_lab.studies.profile import profile_timesteps
 __all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "FID_TOOLS"]
 
 FID_TOOLS = 2  # torch-fidelity and clean-fid each run the extractor over every image
-FEATURE_DIMS = {"inception-v3": 2048, "digits-cnn": 64}
+FEATURE_DIMS = {"inception-v3": 2048, "digits-cnn": 64, "rehearsal-cnn": 32}
 
 
 @dataclass(frozen=True)

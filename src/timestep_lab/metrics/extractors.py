@@ -1,6 +1,6 @@
 """Feature extractors: which network each metric library runs, on what input, from which weights.
 
-Two extractors, each run by both libraries (torch-fidelity and clean-fid):
+Three extractors, each run by both libraries (torch-fidelity and clean-fid):
 
 ``digits-cnn``    the small classifier of :mod:`timestep_lab.features` (embedded default).
                   Registered in torch-fidelity with ``register_feature_extractor`` and passed to
@@ -9,6 +9,9 @@ Two extractors, each run by both libraries (torch-fidelity and clean-fid):
                   same 8x8 pixels: torch-fidelity hands it the uint8 batch, clean-fid (mode
                   "clean") reads the images from ``.npy`` files and its resize step is replaced by
                   the identity (``custom_fn_resize``), so no 299x299 upsampling happens.
+``rehearsal-cnn`` the rehearsal's random stand-in for Inception (:mod:`timestep_lab.features`),
+                  run exactly as ``digits-cnn`` (any image size, no resize): "FID (rehearsal
+                  stand-in features)", a number that only says the pipeline ran.
 ``inception-v3``  torch-fidelity's ``inception-v3-compat`` (TF-compatible port, weights
                   ``weights-inception-2015-12-05-6726825d.pth``) and clean-fid's TorchScript
                   Inception (``inception-2015-12-05.pt``) with its clean PIL-bicubic resize.
@@ -17,8 +20,9 @@ Two extractors, each run by both libraries (torch-fidelity and clean-fid):
                   downloaded with a short network timeout only if ``eval.download_weights``, else
                   (or on failure) :class:`WeightsMissingError` names the file and where to put it.
 
-Importing this module registers ``digits-cnn`` in torch-fidelity's registry, so a direct
-``calculate_metrics(feature_extractor="digits-cnn", feature_extractor_weights_path=...)`` works.
+Importing this module registers ``digits-cnn`` and ``rehearsal-cnn`` in torch-fidelity's
+registry, so a direct ``calculate_metrics(feature_extractor="digits-cnn",
+feature_extractor_weights_path=...)`` works.
 
 Must not know: reference files, metric values, samples files or how images were generated.
 """
@@ -36,17 +40,20 @@ from torch import Tensor, nn
 from torch_fidelity import FeatureExtractorBase, register_feature_extractor
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
 
-from timestep_lab.features import load_digits_cnn
+from timestep_lab.config import FEATURE_EXTRACTORS
+from timestep_lab.features import DIGITS_ARCH, REHEARSAL_ARCH, load_feature_net
 from timestep_lab.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.metrics.download import download_file
 
 __all__ = [
-    "EXTRACTORS", "TOOLS", "LABELS", "TF_INCEPTION_FILE", "CF_INCEPTION_FILE", "CLEANFID_CACHE_DIR",
+    "EXTRACTORS", "SMALL_CNNS", "TOOLS", "LABELS", "TF_INCEPTION_FILE", "CF_INCEPTION_FILE", "CLEANFID_CACHE_DIR",
     "WeightsMissingError", "FeatureExtractorSpec", "TorchFidelityDigitsCNN", "CleanFidDigitsCNN", "keep_pixels",
     "to_extractor_input", "resolve_weights", "make_spec", "load_feature_extractor",
 ]
 
-EXTRACTORS = ("digits-cnn", "inception-v3")
+EXTRACTORS = FEATURE_EXTRACTORS  # ("digits-cnn", "inception-v3", "rehearsal-cnn"): what a config may name
+#: the extractors that are a small network from a timestep_lab feature-network file -> its ``arch``
+SMALL_CNNS = {"digits-cnn": DIGITS_ARCH, "rehearsal-cnn": REHEARSAL_ARCH}
 TOOLS = ("torch-fidelity", "clean-fid")
 
 TF_INCEPTION_FILE = "weights-inception-2015-12-05-6726825d.pth"
@@ -61,6 +68,10 @@ LABELS = {  # metric -> report label, per extractor
     "inception-v3": {"fid": "FID (Inception-v3)", "kid_mean": "KID (Inception-v3)", "kid_std": "KID std (Inception-v3)",
                      "precision": "Precision (Inception-v3 pool features)",
                      "recall": "Recall (Inception-v3 pool features)"},
+    "rehearsal-cnn": {"fid": "FID (rehearsal stand-in features)", "kid_mean": "KID (rehearsal stand-in features)",
+                      "kid_std": "KID std (rehearsal stand-in features)",
+                      "precision": "Precision (rehearsal stand-in features)",
+                      "recall": "Recall (rehearsal stand-in features)"},
 }
 
 
@@ -92,14 +103,15 @@ class FeatureExtractorSpec:
 
 
 class TorchFidelityDigitsCNN(FeatureExtractorBase):
-    """torch-fidelity feature extractor ``digits-cnn``: uint8 ``[B, 1, 8, 8]`` -> ``features``
-    ``[B, 64]`` (FID, KID, precision/recall) and ``logits``. Weights: ``feature_extractor_weights_path``."""
+    """torch-fidelity feature extractor ``digits-cnn`` (and ``rehearsal-cnn``): uint8 ``[B, 1, 8,
+    8]`` (rehearsal: ``[B, C, H, W]``) -> ``features`` ``[B, D]`` (FID, KID, precision/recall)
+    and ``logits``. Weights: ``feature_extractor_weights_path``, a file of that network."""
 
     def __init__(self, name, features_list, feature_extractor_weights_path=None, **kwargs):
         super().__init__(name, features_list)
         if feature_extractor_weights_path is None:
-            raise ValueError("digits-cnn needs feature_extractor_weights_path (the train-features output)")
-        self.net, _ = load_digits_cnn(feature_extractor_weights_path)
+            raise ValueError(f"{name} needs feature_extractor_weights_path (its weights file)")
+        self.net, _ = load_feature_net(feature_extractor_weights_path, arch=SMALL_CNNS[name])
 
     @staticmethod
     def get_provided_features_list():
@@ -118,22 +130,22 @@ class TorchFidelityDigitsCNN(FeatureExtractorBase):
         return torch.zeros(1, 1, 8, 8, dtype=torch.uint8)
 
     def forward(self, x):
-        if not (torch.is_tensor(x) and x.dtype == torch.uint8 and x.dim() == 4 and x.shape[1:] == (1, 8, 8)):
-            raise ValueError(f"digits-cnn expects uint8 [B, 1, 8, 8], got {getattr(x, 'dtype', type(x))} "
-                             f"{list(getattr(x, 'shape', []))}")
+        self.net.check_input(x)
         feats = self.net.features(x)
         out = {"features": feats, "logits": self.net.head(feats)}
         return tuple(out[k] for k in self.features_list)
 
 
 # importing this module makes "digits-cnn" usable in any torch_fidelity.calculate_metrics call
-if "digits-cnn" not in FEATURE_EXTRACTORS_REGISTRY:
-    register_feature_extractor("digits-cnn", TorchFidelityDigitsCNN)
+for _name in SMALL_CNNS:
+    if _name not in FEATURE_EXTRACTORS_REGISTRY:
+        register_feature_extractor(_name, TorchFidelityDigitsCNN)
 
 
 class CleanFidDigitsCNN(nn.Module):
-    """clean-fid adapter: clean-fid's data set yields float ``[B, 1, 8, 8]`` holding the uint8
-    pixel values; rounding restores them exactly, so both tools see identical inputs."""
+    """clean-fid adapter of a small CNN (digits, rehearsal): clean-fid's data set yields float
+    ``[B, C, H, W]`` holding the uint8 pixel values; rounding restores them exactly, so both
+    tools see identical inputs."""
 
     def __init__(self, net: nn.Module):
         super().__init__()
@@ -145,7 +157,7 @@ class CleanFidDigitsCNN(nn.Module):
 
 
 def keep_pixels(img: np.ndarray) -> np.ndarray:
-    """clean-fid ``custom_fn_resize`` for the digits CNN: no resize, float32 HWC (clean-fid's
+    """clean-fid ``custom_fn_resize`` for the small CNNs: no resize, float32 HWC (clean-fid's
     ``ToTensor`` leaves float32 unscaled, so values stay in [0, 255])."""
     return np.asarray(img, dtype=np.float32)
 
@@ -240,21 +252,21 @@ def resolve_weights(name: str, weights: str | Path | None, tools: Sequence[str],
         raise ArtifactError(f"unknown metric tool(s) {list(unknown or tools)}; choose from {list(TOOLS)}")
     if name == "inception-v3":
         return _resolve_inception(tools, weights, download, timeout)
+    writer = {"digits-cnn": "train-features", "rehearsal-cnn": "rehearse"}[name]
     if weights is None:
-        raise WeightsMissingError("digits-cnn needs its weights file: train it with `python -m timestep_lab "
-                                  "train-features --data ... --test-data ... --out digits_cnn.pt` and pass "
-                                  "--weights digits_cnn.pt (or eval.feature_weights)")
+        raise WeightsMissingError(f"{name} needs its weights file: write it with `python -m timestep_lab {writer}` "
+                                  f"and pass --weights FILE (or eval.feature_weights)")
     path = Path(weights)
     if not path.is_file():
-        raise WeightsMissingError(f"{path}: digits-cnn weights file not found (write it with "
-                                  f"`python -m timestep_lab train-features`)")
+        raise WeightsMissingError(f"{path}: {name} weights file not found (write it with "
+                                  f"`python -m timestep_lab {writer}`)")
     return {t: path for t in tools}
 
 
 def make_spec(name: str, files: dict[str, Path], feature_dim: int) -> FeatureExtractorSpec:
     """The spec of extractor ``name`` loading ``files[tool]``, each file hashed (sha256)."""
     by_file = {p: sha256_file(p) for p in set(files.values())}  # a file shared by both tools is hashed once
-    tf_name, layer = ("digits-cnn", "features") if name == "digits-cnn" else ("inception-v3-compat", "2048")
+    tf_name, layer = (name, "features") if name in SMALL_CNNS else ("inception-v3-compat", "2048")
     return FeatureExtractorSpec(name, tf_name, layer, feature_dim, dict(files), {t: by_file[p] for t, p in files.items()})
 
 
@@ -262,14 +274,14 @@ def load_feature_extractor(name: str, weights: str | Path | None = None, *, tool
                            download: bool = True, timeout: float = 10.0) -> FeatureExtractorSpec:
     """Resolve, check and hash the weights of extractor ``name`` for ``tools``.
 
-    ``digits-cnn``: ``weights`` is the ``train-features`` file (required). ``inception-v3``:
+    ``digits-cnn`` / ``rehearsal-cnn``: ``weights`` is the network's file (required). ``inception-v3``:
     ``weights`` is a folder holding the two files (or one of the files), else the libraries'
     caches; missing files raise :class:`WeightsMissingError` before any long network wait.
     The files are loaded once here to check them (weights-only for the state dicts).
     """
     files = resolve_weights(name, weights, tools, download, timeout)
-    if name == "digits-cnn":
-        _, meta = load_digits_cnn(next(iter(files.values())))
+    if name in SMALL_CNNS:
+        _, meta = load_feature_net(next(iter(files.values())), arch=SMALL_CNNS[name])
         return make_spec(name, files, int(meta["feature_dim"]))
     if "torch-fidelity" in files:  # torch-fidelity unpickles it with weights_only=False: check it is plain tensors
         load_torch(files["torch-fidelity"])

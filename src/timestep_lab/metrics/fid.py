@@ -39,8 +39,8 @@ import torch
 from torch import Tensor, nn
 
 from timestep_lab.config import EvalConfig
-from timestep_lab.features import load_digits_cnn
-from timestep_lab.metrics.extractors import CleanFidDigitsCNN, FeatureExtractorSpec, _Images, keep_pixels
+from timestep_lab.features import load_feature_net
+from timestep_lab.metrics.extractors import SMALL_CNNS, CleanFidDigitsCNN, FeatureExtractorSpec, _Images, keep_pixels
 
 __all__ = ["TF_CACHE_NAME", "PRC_NEIGHBORHOOD", "ReferenceStats", "frechet_distance", "tool_versions", "tf_features",
            "cf_features", "torch_fidelity_metrics", "clean_fid_metrics"]
@@ -169,8 +169,8 @@ def torch_fidelity_metrics(images: np.ndarray, ref: ReferenceStats, spec: Featur
 
 def _cleanfid_model(spec: FeatureExtractorSpec, device: torch.device) -> tuple[nn.Module, Callable | None]:
     """(feature model, custom_fn_resize) for clean-fid in mode "clean"."""
-    if spec.name == "digits-cnn":
-        net, _ = load_digits_cnn(spec.weights["clean-fid"], device)
+    if spec.name in SMALL_CNNS:
+        net, _ = load_feature_net(spec.weights["clean-fid"], device, SMALL_CNNS[spec.name])
         return CleanFidDigitsCNN(net).eval(), keep_pixels
     from cleanfid.inception_torchscript import InceptionV3W
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from timestep_lab.io import ArtifactError, atomic_path, sha256_file
-from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input
+from timestep_lab.metrics.extractors import SMALL_CNNS, FeatureExtractorSpec, to_extractor_input
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages
 
@@ -118,7 +118,7 @@ def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExt
         "torch_fidelity_extractor": spec.tf_name, "feature_layer": spec.tf_layer, "tools": sorted(spec.weights),
         "feature_weights_sha256": dict(spec.sha256), "feature_weights_file": {t: str(p) for t, p in spec.weights.items()},
         "count": int(len(images)), "image_shape": list(images_nhwc.shape[1:]), "tool_versions": tool_versions(),
-        "cleanfid_mode": "clean", "cleanfid_resize": "none (pixels fed as-is)" if spec.name == "digits-cnn"
+        "cleanfid_mode": "clean", "cleanfid_resize": "none (pixels fed as-is)" if spec.name in SMALL_CNNS
         else "clean (PIL bicubic to 299x299)", "data": data_info or {},
     }
     out = Path(out)
