@@ -102,9 +102,10 @@ def _override_slug(overrides: Mapping[str, Any]) -> str:
 
 
 def prepared_dir(data: Mapping[str, Any], split: str) -> str:
-    """Where ``prepare`` writes a data set split: ``data/prepared/<dataset>[-<res>]-<split>``."""
+    """Where ``prepare`` writes a data set split: ``<prepared>/<dataset>[-<res>]-<split>``
+    (``data.prepared``, default ``data/prepared``)."""
     res = data.get("resolution")
-    return f"data/prepared/{data['dataset']}{'-' + str(res) if res else ''}-{split}"
+    return f"{data.get('prepared') or 'data/prepared'}/{data['dataset']}{'-' + str(res) if res else ''}-{split}"
 
 
 def _axes_config(axes: Mapping[str, Any], study: Mapping[str, Any], where: str) -> dict[str, Any]:
