@@ -35,6 +35,7 @@ pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
 .note { background: #fff8e1; border-left: 4px solid #f0b400; padding: .5em 1em; }
 .finding { background: #eef6ff; border-left: 4px solid #2f7de1; padding: .5em 1em; }
 .failed { color: #b00020; font-weight: bold; }
+.rehearsal { background: #fff3cd; border: 2px solid #b8860b; padding: .8em 1em; margin: 1em 0; }
 """
 
 def _kernel_name() -> str:
