@@ -7,7 +7,13 @@ from snakemake.utils import min_version
 min_version("8.20")
 
 
-configfile: "config/config.yaml"
+# The embedded default study, unless a study is given with --configfile: that one is then the whole
+# config, here and in every cluster job's own snakemake (which gets the --configfile but not
+# --replace-workflow-config, so a default study merged under it would give the jobs other runs and
+# inputs than the DAG they were planned in: tests/test_dag.py)
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/benchmark.smk"

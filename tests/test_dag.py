@@ -135,3 +135,16 @@ def test_paper_config_on_the_cluster_reads_the_pretrained_reference_and_keeps_it
     assert len(contribution) == 6 and all(f"--model {pretrained} --format {fmt} " in j for j in contribution)
     assert set(re.findall(r"threads: (\d+)", out)) == {"8"}
     assert set(re.findall(r"--threads (\d+)", out)) == {"8"}
+
+
+def test_a_study_config_is_the_whole_config_in_every_process(repo):
+    """A cluster job's own snakemake gets the study's --configfile but not the profile's
+    --replace-workflow-config: the default study (config/config.yaml) merged under it gave the
+    jobs other runs than the DAG they were planned in (the paper configs' post-processing job
+    looked for fine-tunes of seeds 1 and 2 of the default study's analyses.slots.seeds)."""
+    r = run(["snakemake", "-n", "--workflow-profile", "none", "--configfile", "config/cifar10.yaml"], repo,
+            study_env(), timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert "config/config.yaml" not in r.stdout.split("Building DAG", 1)[0]  # not read, so not merged
+    (ctl,) = _jobs(r.stdout, "interference_control")
+    assert "finetune_slot3.json" in ctl and "_s1" not in ctl and "_s2" not in ctl
