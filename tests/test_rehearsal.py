@@ -18,7 +18,8 @@ import torch
 
 from timestep_lab.estimate import load_plan
 from timestep_lab.rehearsal.needs import real_run_needs
-from timestep_lab.rehearsal.scale import SIZES, RehearsalPaths, rehearsal_study
+from timestep_lab.rehearsal.paths import RehearsalPaths
+from timestep_lab.rehearsal.scale import SIZES, rehearsal_study
 from timestep_lab.workflow import study_runs
 from worktree import ROOT
 

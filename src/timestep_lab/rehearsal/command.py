@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     # imported here: the plan checks every run config (torch), and the CLI builds this parser for --help
     from timestep_lab.estimate import load_plan
     from timestep_lab.rehearsal.needs import real_run_needs
-    from timestep_lab.rehearsal.scale import RehearsalPaths, rehearsal_study
+    from timestep_lab.rehearsal.paths import RehearsalPaths
+    from timestep_lab.rehearsal.scale import rehearsal_study
     from timestep_lab.rehearsal.stand_ins import write_stand_ins
 
     root = Path.cwd()

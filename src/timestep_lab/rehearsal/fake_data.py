@@ -20,7 +20,6 @@ how the data are prepared or used.
 from __future__ import annotations
 
 import io
-import pickle
 import struct
 import tarfile
 from pathlib import Path

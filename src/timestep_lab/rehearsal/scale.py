@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Mapping
 
+from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.workflow.study import DEFAULT_DERIVED_KIMG
 
-__all__ = ["Sizes", "SIZES", "RehearsalPaths", "REHEARSAL_SUFFIX", "rehearsal_study", "batch_factor"]
+__all__ = ["Sizes", "SIZES", "REHEARSAL_SUFFIX", "rehearsal_study", "batch_factor", "stand_ins"]
 
 REHEARSAL_SUFFIX = "-rehearsal"
 RUN_LENGTH = "train.total_kimg"
@@ -64,44 +65,6 @@ class Sizes:
 
 
 SIZES = Sizes()
-
-
-@dataclass(frozen=True)
-class RehearsalPaths:
-    """Where a rehearsal of study ``name`` keeps its stand-ins (relative to the project root):
-    ``<base>/<name>/`` for its own, ``<base>/inception/`` for the random Inception weights every
-    rehearsal shares (two ~95 MB files)."""
-
-    base: str = "rehearsal"
-    name: str = "study"
-
-    @property
-    def root(self) -> PurePosixPath:
-        return PurePosixPath(self.base) / self.name
-
-    @property
-    def config(self) -> PurePosixPath:
-        return self.root / "config.yaml"
-
-    @property
-    def raw(self) -> PurePosixPath:
-        return self.root / "raw"
-
-    @property
-    def prepared(self) -> PurePosixPath:
-        return self.root / "prepared"
-
-    @property
-    def pretrained(self) -> PurePosixPath:
-        return self.root / "pretrained"
-
-    @property
-    def inception(self) -> PurePosixPath:
-        return PurePosixPath(self.base) / "inception"
-
-    @property
-    def features(self) -> PurePosixPath:
-        return self.root / "rehearsal-cnn.pt"
 
 
 def batch_factor(study: Mapping[str, Any], sizes: Sizes = SIZES) -> float:

@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping
 from timestep_lab.io import atomic_write_json
 from timestep_lab.rehearsal.fake_data import FAKE_DATA
 from timestep_lab.rehearsal.fake_weights import FAKE_REFERENCES, write_inception, write_rehearsal_cnn
-from timestep_lab.rehearsal.scale import SIZES, RehearsalPaths, Sizes
+from timestep_lab.rehearsal.paths import RehearsalPaths
+from timestep_lab.rehearsal.scale import SIZES, Sizes
 
 __all__ = ["write_stand_ins", "image_channels"]
 
