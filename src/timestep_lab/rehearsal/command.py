@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from timestep_lab.config import ConfigError
-from timestep_lab.config.load import dump_yaml
+from timestep_lab.config.load import dump_yaml, load_yaml
 from timestep_lab.io import atomic_write_text
 
 __all__ = ["configure", "run"]
@@ -70,9 +70,11 @@ def run(args: argparse.Namespace) -> int:
     if not (root / "Snakefile").is_file():
         raise ConfigError(f"{root}: no Snakefile here; run rehearse from the project root")
     source = os.path.relpath(args.study) if Path(args.study).is_absolute() else str(args.study)
+    raw = load_yaml(source) if Path(source).is_file() else {}
+    if isinstance(raw, dict) and isinstance(raw.get("rehearsal"), dict):  # before the (slower) full check
+        raise ConfigError(f"{source}: is itself a rehearsal (of {raw['rehearsal'].get('of')}); rehearse the study "
+                          f"it copies")
     study = load_plan(source).study
-    if study.get("rehearsal"):
-        raise ConfigError(f"{source}: is itself a rehearsal (of {study['rehearsal']['of']}); rehearse the study it copies")
     paths = RehearsalPaths(str(args.dir), str(study["study"]))
     cfg = rehearsal_study(study, source=source, paths=paths, fast_features=args.fast_features)
     for line in write_stand_ins(cfg, paths, root):
