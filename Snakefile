@@ -7,9 +7,10 @@ from snakemake.utils import min_version
 min_version("8.20")
 
 
-# The default study, unless a study config is given: `--configfile` replaces it, never merges into
-# it. (The profiles also say replace-workflow-config, but the command a cluster executor gives each
-# job does not pass that on, and a merged config changes the run table a job reads.)
+# The embedded default study, unless a study is given with --configfile: that one is then the whole
+# config, here and in every cluster job's own snakemake (which gets the --configfile but not
+# --replace-workflow-config, so a default study merged under it would give the jobs other runs and
+# inputs than the DAG they were planned in: tests/test_dag.py)
 if not workflow.overwrite_configfiles:
 
     configfile: "config/config.yaml"

@@ -90,12 +90,14 @@ def tiny_artifacts(digits_dir, digits_test_dir, tmp_path_factory) -> TinyArtifac
 
 
 # --------------------------------------------------------------------------------------------
-# A throwaway single-node SLURM cluster, and the smoke study run once per session (through
-# SLURM when the cluster can be had, else locally). tests/test_slurm.py and workflow tests.
+# A throwaway single-node SLURM cluster and a paper-config rehearsal run through it once per
+# session (locally when no cluster can be had): tests/test_slurm.py. The smoke study, run once
+# per session locally: the workflow tests.
 
 
-# `make test` runs two xdist workers: every test that uses slurm_cluster or smoke_study (directly or
-# not) runs in one of them, first (xdist group "study", tests/xdist_groups.py)
+# `make test` runs two xdist workers: every test that uses slurm_cluster or cluster_rehearsal runs in
+# one of them, first (xdist group "study"), every test that uses smoke_study in one (group "smoke"):
+# tests/xdist_groups.py
 from xdist_groups import once_per_run, pytest_collection_modifyitems  # noqa: E402,F401
 
 # Test-only options of the SLURM executor (the profile holds what every cluster needs):
@@ -212,10 +214,10 @@ def run_snakemake(args: list[str], cwd: Path, env: dict[str, str], timeout: floa
 
 
 @dataclass
-class SmokeStudy:
-    """The smoke study (config/smoke.yaml) run once in a copy of the working tree."""
+class StudyRun:
+    """A study run once in a copy of the working tree."""
 
-    root: Path  # the copy: results/smoke, reports/smoke, logs/smoke, .snakemake
+    root: Path  # the copy: results/<study>, reports/<study>, logs/<study>, .snakemake
     profile: str  # "cluster" (through SLURM) or "default" (local)
     env: dict  # environment for subprocesses in ``root`` (PATH, SLURM_CONF when on SLURM)
     returncode: int
@@ -224,26 +226,62 @@ class SmokeStudy:
     # what ran warm (the warm-start server's log, job logs with "start=warm"), read right after
     # the study: later tests rerun jobs locally in ``root`` (the DVC test reruns the estimate)
     warm: list[str]
+    cpu_s: float = 0.0  # CPU of snakemake and every job it waited for (0 through SLURM: slurmd's children)
+
+
+def _warm_logs(root: Path, study: str) -> list[str]:
+    logs = root / "logs" / study
+    return [str(p.relative_to(logs)) for p in sorted(logs.rglob("*.log"))
+            if p.name == "warm_start.log" or "start=warm" in p.read_text(errors="replace")]
 
 
 @pytest.fixture(scope="session")
-def smoke_study(request, tmp_path_factory) -> SmokeStudy:
-    """config/smoke.yaml run end to end in a fresh copy of the working tree: through
-    `--profile cluster` on the test SLURM cluster when there is one, else with the default
-    (local) profile. Never raises when snakemake fails: tests assert on ``returncode``."""
+def smoke_study(tmp_path_factory) -> StudyRun:
+    """config/smoke.yaml run end to end in a fresh copy of the working tree with the default
+    (local) profile: its jobs forked from the warm-start server. Never raises when snakemake
+    fails: tests assert on ``returncode``. (The cluster profile runs a paper-config rehearsal:
+    ``cluster_rehearsal``.)"""
+    from worktree import children_cpu_s
+
     once_per_run(tmp_path_factory, "smoke_study")
+    root = copy_worktree(tmp_path_factory.mktemp("smoke") / "repo")
+    env = study_env()
+    cpu0 = children_cpu_s()
+    rc, log, seconds = run_snakemake(["--configfile", "config/smoke.yaml"], root, env, timeout=3600,
+                                     log_path=root / "smoke-study.log")
+    return StudyRun(root=root, profile="default", env=env, returncode=rc, log=log, seconds=seconds,
+                    warm=_warm_logs(root, "smoke"), cpu_s=children_cpu_s() - cpu0)
+
+
+#: the paper config the cluster rehearses (tests/test_slurm.py, tests/test_paper_rehearsals.py rehearse the others)
+CLUSTER_REHEARSAL = "cifar10"
+
+
+@pytest.fixture(scope="session")
+def cluster_rehearsal(request, tmp_path_factory) -> StudyRun:
+    """config/cifar10.yaml rehearsed (``rehearse --fast-features --prepare-only`` writes the
+    scaled-down config and its stand-ins) and run end to end through `--profile cluster` on the
+    test SLURM cluster when there is one, else with the default (local) profile. Never raises
+    when snakemake fails: tests assert on ``returncode``."""
+    import subprocess
+    import sys
+
+    once_per_run(tmp_path_factory, "cluster_rehearsal")
     try:
         cluster = request.getfixturevalue("slurm_cluster")
     except pytest.skip.Exception:
         cluster = None
-    root = copy_worktree(tmp_path_factory.mktemp("smoke") / "repo")
+    root = copy_worktree(tmp_path_factory.mktemp("rehearsal") / "repo")
     env = study_env(cluster)
-    args = ["--configfile", "config/smoke.yaml"]
+    prepare = subprocess.run([sys.executable, "-m", "timestep_lab", "rehearse", f"config/{CLUSTER_REHEARSAL}.yaml",
+                              "--fast-features", "--prepare-only", "--no-estimate"], cwd=root, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    args = ["--configfile", f"rehearsal/{CLUSTER_REHEARSAL}/config.yaml"]
     if cluster is not None:
         args += slurm_args(cluster)
-    rc, log, seconds = run_snakemake(args, root, env, timeout=3600, log_path=root / "smoke-study.log")
-    logs = root / "logs" / "smoke"
-    warm = [str(p.relative_to(logs)) for p in sorted(logs.rglob("*.log"))
-            if p.name == "warm_start.log" or "start=warm" in p.read_text(errors="replace")]
-    return SmokeStudy(root=root, profile="cluster" if cluster is not None else "default", env=env,
-                      returncode=rc, log=log, seconds=seconds, warm=warm)
+    if prepare.returncode != 0:
+        rc, log, seconds = prepare.returncode, prepare.stdout, 0.0
+    else:
+        rc, log, seconds = run_snakemake(args, root, env, timeout=3600, log_path=root / "rehearsal.log")
+    return StudyRun(root=root, profile="cluster" if cluster is not None else "default", env=env, returncode=rc,
+                    log=log, seconds=seconds, warm=_warm_logs(root, f"{CLUSTER_REHEARSAL}-rehearsal"))

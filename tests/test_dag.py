@@ -1,6 +1,8 @@
 """The smoke study's DAG, planned by `snakemake -n` in a fresh copy of the repo: the verdict
 wiring (interference against its control over every seed, verdicts.json, every report and the
-index reading it) and the single-seed interference matrix built from the reference seed only."""
+index reading it) and the single-seed interference matrix built from the reference seed only.
+The paper configs' cluster DAG (`--profile cluster -n`, as the README submits them): a
+pretrained reference is read in its format and never trained, and jobs get the configured threads."""
 
 from __future__ import annotations
 
@@ -14,9 +16,13 @@ pytestmark = pytest.mark.workflow
 
 
 @pytest.fixture(scope="module")
-def plan(tmp_path_factory) -> str:
-    root = copy_worktree(tmp_path_factory.mktemp("dag") / "repo")
-    r = run(["snakemake", "-n", "-p", "--configfile", "config/smoke.yaml"], root, study_env(), timeout=300)
+def repo(tmp_path_factory):
+    return copy_worktree(tmp_path_factory.mktemp("dag") / "repo")
+
+
+@pytest.fixture(scope="module")
+def plan(repo) -> str:
+    r = run(["snakemake", "-n", "-p", "--configfile", "config/smoke.yaml"], repo, study_env(), timeout=300)
     assert r.returncode == 0, r.stdout[-4000:]
     return r.stdout
 
@@ -118,3 +124,43 @@ def test_a_study_config_replaces_the_default_without_the_profile(plan, tmp_path)
     ids = set(re.findall(r"results/smoke/runs/([A-Za-z0-9._-]+)/model\.pt", r.stdout))
     assert ids == set(re.findall(r"results/smoke/runs/([A-Za-z0-9._-]+)/model\.pt", plan)) and ids
     assert not [i for i in ids if "_kimg8" in i]
+
+
+@pytest.mark.parametrize("study, fmt, pretrained", [("cifar10", "diffusers", "data/pretrained/ddpm-cifar10-32"),
+                                                    ("imagenet", "guided_diffusion",
+                                                     "data/pretrained/256x256_diffusion_uncond.pt")])
+def test_paper_config_on_the_cluster_reads_the_pretrained_reference_and_keeps_its_threads(repo, study, fmt,
+                                                                                          pretrained):
+    """The README's cluster command, dry run: the pretrained reference is scored and analysed
+    read in its format, no job trains a `reference` model (collect asked for its training log),
+    and every job gets the config's 8 threads, not the submitting host's core count (the local
+    profile's `cores: all` capped them at 2)."""
+    r = run(["snakemake", "--profile", "cluster", "-n", "-p", "--configfile", f"config/{study}.yaml"], repo,
+            study_env(), timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:]
+    out = r.stdout
+    trains = _jobs(out, "train")
+    assert len(trains) == 48 and not [j for j in trains if "wildcards: run=reference\n" in j + "\n"]
+    assert f"results/{study}/runs/reference/" not in "".join(trains)
+    (collect,) = _jobs(out, "collect")
+    assert f"results/{study}/runs/reference/metrics.json" in collect
+    assert f"results/{study}/runs/reference/train_log.jsonl" not in collect
+    (ref,) = [j for j in _jobs(out, "sample_score") if "wildcards: run=reference\n" in j]
+    assert f"sample-score --model {pretrained} --format {fmt} " in ref
+    contribution = _jobs(out, "sample_score_contribution")
+    assert len(contribution) == 6 and all(f"--model {pretrained} --format {fmt} " in j for j in contribution)
+    assert set(re.findall(r"threads: (\d+)", out)) == {"8"}
+    assert set(re.findall(r"--threads (\d+)", out)) == {"8"}
+
+
+def test_a_study_config_is_the_whole_config_in_every_process(repo):
+    """A cluster job's own snakemake gets the study's --configfile but not the profile's
+    --replace-workflow-config: the default study (config/config.yaml) merged under it gave the
+    jobs other runs than the DAG they were planned in (the paper configs' post-processing job
+    looked for fine-tunes of seeds 1 and 2 of the default study's analyses.slots.seeds)."""
+    r = run(["snakemake", "-n", "--workflow-profile", "none", "--configfile", "config/cifar10.yaml"], repo,
+            study_env(), timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert "config/config.yaml" not in r.stdout.split("Building DAG", 1)[0]  # not read, so not merged
+    (ctl,) = _jobs(r.stdout, "interference_control")
+    assert "finetune_slot3.json" in ctl and "_s1" not in ctl and "_s2" not in ctl

@@ -13,7 +13,6 @@ import json
 import os
 import pickle
 import shutil
-import struct
 import tarfile
 from pathlib import Path
 
@@ -24,46 +23,14 @@ from PIL import Image
 
 from timestep_lab.data import DataError, IndexStream, Loader, PreparedData, prepare
 from timestep_lab.io import sha256_file
+from timestep_lab.rehearsal.fake_data import CIFAR10_BATCHES as BATCHES
+from timestep_lab.rehearsal.fake_data import py2_cifar_batch  # the official files' Python 2 byte streams
 
 # ------------------------------------------------------------------------------ CIFAR-10 files
 
 
-def _py2_str(b: bytes | str) -> bytes:
-    """A Python 2 ``str`` as cPickle writes it (SHORT_BINSTRING / BINSTRING)."""
-    b = b.encode("latin-1") if isinstance(b, str) else b
-    return b"U" + bytes([len(b)]) + b if len(b) < 256 else b"T" + struct.pack("<i", len(b)) + b
-
-
-def _py2_int(v: int) -> bytes:
-    if 0 <= v < 256:
-        return b"K" + bytes([v])
-    if 0 <= v < 65536:
-        return b"M" + struct.pack("<H", v)
-    return b"J" + struct.pack("<i", v)
-
-
-def _py2_uint8_array(a: np.ndarray) -> bytes:
-    """A 2-d uint8 numpy array as numpy 1.x under Python 2 pickled it."""
-    shape = b"".join(_py2_int(d) for d in a.shape) + b"\x86"  # TUPLE2
-    dtype = (b"cnumpy\ndtype\n" + _py2_str("u1") + _py2_int(0) + _py2_int(1) + b"\x87R("
-             + _py2_int(3) + _py2_str("|") + b"NNN" + _py2_int(-1) + _py2_int(-1) + _py2_int(0) + b"tb")
-    return (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n" + _py2_int(0) + b"\x85" + _py2_str("b")
-            + b"\x87R(" + _py2_int(1) + shape + dtype + b"\x89" + _py2_str(np.ascontiguousarray(a).tobytes()) + b"tb")
-
-
-def py2_cifar_batch(rows: np.ndarray, labels: list[int], batch_label: str) -> bytes:
-    """The byte stream of an official CIFAR-10 batch file: a protocol-2 dict
-    ``{'data': uint8 [n, 3072], 'labels': [...], 'batch_label': str, 'filenames': [...]}``."""
-    names = [f"img_{i:05d}.png" for i in range(len(rows))]
-    return (b"\x80\x02}(" + _py2_str("data") + _py2_uint8_array(rows)
-            + _py2_str("labels") + b"](" + b"".join(_py2_int(v) for v in labels) + b"e"
-            + _py2_str("batch_label") + _py2_str(batch_label)
-            + _py2_str("filenames") + b"](" + b"".join(_py2_str(n) for n in names) + b"e" + b"u.")
-
-
 RED_PIXEL = (3, 17, 200)  # R plane, row 3, column 17
 GREEN_PIXEL = (5, 2, 77)  # G plane, row 5, column 2
-BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
 
 def cifar_rows(batch_index: int) -> tuple[np.ndarray, list[int]]:

@@ -137,6 +137,18 @@ def test_fid_and_kid_of_a_set_against_itself_are_zero(digits_ref, digits_dir):
     assert res["precision"] == 1.0 and res["recall"] == 1.0
 
 
+def test_samples_of_a_pretrained_checkpoint_are_scored_without_images_seen(digits_ref, digits_test_dir):
+    """A pretrained reference (diffusers, guided-diffusion) records ``nimg: None``: how long it
+    trained is unknown. Scoring its samples must not fail after the sampling is paid for (it
+    raised a TypeError in every timestep-contribution job of the paper configs)."""
+    images = np.array(PreparedData(digits_test_dir).images)[:40]
+    cfg = EvalConfig(kid_subsets=2, kid_subset_size=20, precision_recall=False)
+    pretrained = evaluate_samples(images, digits_ref, cfg=cfg, samples_meta={"nimg": None, "model_format": "diffusers"})
+    assert "nimg" not in pretrained and "kimg" not in pretrained and np.isfinite(pretrained["fid"])
+    ours = evaluate_samples(images, digits_ref, cfg=cfg, samples_meta={"nimg": 1536})
+    assert (ours["nimg"], ours["kimg"]) == (1536, 1.536) and ours["fid"] == pretrained["fid"]
+
+
 def test_both_tools_agree_with_our_frechet_distance_on_digits_features(digits_ref, digits_cnn, digits_test_dir):
     test = np.array(PreparedData(digits_test_dir).images)
     res = evaluate_samples(test, digits_ref, cfg=FAST)
@@ -387,43 +399,14 @@ def test_missing_inception_weights_fail_fast_with_the_file_names(offline, digits
 
 @pytest.fixture(scope="module")
 def inception_weights(tmp_path_factory) -> Path:
-    """Randomly initialised Inception-v3 weights in both libraries' real formats: torch-fidelity's
-    state dict of its own module (built without a download) and a TorchScript module with
-    clean-fid's interface (``.layers(x) -> [B, 2048]`` on 299x299 input; torchvision's
-    Inception-v3 architecture, since the NVIDIA TF-graph port cannot be rebuilt offline)."""
-    import torchvision
-    import torch_fidelity.feature_extractor_inceptionv3 as tfi
+    """Randomly initialised Inception-v3 weights in both libraries' real formats, as a rehearsal
+    writes them: torch-fidelity's state dict of its own module (built without a download) and a
+    TorchScript module with clean-fid's interface (``.layers(x) -> [B, 2048, 1, 1]`` on 299x299
+    input: torch-fidelity's network traced, since the NVIDIA TF-graph port cannot be rebuilt
+    offline), the same random weights in both."""
+    from timestep_lab.rehearsal.fake_weights import write_inception
 
-    folder = tmp_path_factory.mktemp("inception")
-
-    def init(module):
-        for m in module.modules():
-            if isinstance(m, torch.nn.Conv2d):
-                torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
-
-    torch.manual_seed(0)
-    with pytest.MonkeyPatch.context() as m:  # construct without weights: skip the download and the load
-        m.setattr(tfi, "load_state_dict_from_url", lambda *a, **k: {})
-        m.setattr(tfi.FeatureExtractorInceptionV3, "load_state_dict", lambda self, sd, strict=True: None)
-        fe = tfi.FeatureExtractorInceptionV3("inception-v3-compat", ["2048"])
-    init(fe)
-    torch.save(fe.state_dict(), folder / TF_INCEPTION_FILE)
-
-    class CleanFidInception(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            net = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False)
-            net.fc = torch.nn.Identity()
-            init(net)
-            self.layers = net.eval()
-
-        def forward(self, x):
-            return self.layers(x)
-
-    # shapes are not baked into the traced convolutions and pools: trace on a small input
-    traced = torch.jit.trace(CleanFidInception().eval(), torch.rand(1, 3, 75, 75), check_trace=False)
-    torch.jit.save(traced, str(folder / CF_INCEPTION_FILE))
-    return folder
+    return write_inception(tmp_path_factory.mktemp("inception"))
 
 
 def _tiny_rgb(tmp_path: Path, n: int, seed: int = 0) -> Path:

@@ -1,8 +1,9 @@
 """The study pipeline end to end: the smoke study's reports, its tidy metrics, an incremental
 rerun, DVC on top of it, bad configs, and faults inside a running workflow (SIGKILL, NaN).
 
-The smoke study itself runs once per session (fixture ``smoke_study`` in conftest.py: through
-the cluster profile on a real SLURM when one can be started, else with the default profile)."""
+The smoke study itself runs once per session (fixture ``smoke_study`` in conftest.py, with the
+default profile: its jobs forked from the warm-start server; the cluster profile runs the
+cifar10 rehearsal, tests/test_slurm.py)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,13 @@ def _tail(text: str, n: int = 4000) -> str:
 def study(smoke_study):
     assert smoke_study.returncode == 0, _tail(smoke_study.log)
     return smoke_study
+
+
+def test_every_job_of_the_local_study_ran_warm(study):
+    """A local run forks every job from the warm-start server (onstart waits until it listens)."""
+    usage = _job_starts(study.root / "logs" / "smoke")
+    assert len(usage) >= 50 and set(usage) == {" start=warm"}, usage
+    assert "warm_start.log" in study.warm
 
 
 def test_every_report_renders_self_contained_with_its_plots(study):

@@ -1,7 +1,9 @@
 """The cluster profile (workflow/profiles/cluster, `--profile cluster`) on a real SLURM:
 a throwaway single-node cluster started by the `slurm_cluster` fixture (root only; CI).
 
-1. the smoke study runs through SLURM end to end and renders every report;
+1. the rehearsal of config/cifar10.yaml (`cluster_rehearsal`: fake CIFAR-10 pickles, a random
+   diffusers reference, every group and analysis) runs through SLURM end to end and renders
+   every report, as tests/test_paper_rehearsals.py requires of every paper config;
 2. a training job killed with scancel is resubmitted (the profile's `retries`) and the
    workflow still finishes with intact outputs.
 """
@@ -19,12 +21,11 @@ import pytest
 import torch
 import yaml
 
-from conftest import copy_worktree, slurm_args, study_env
+from conftest import CLUSTER_REHEARSAL, copy_worktree, slurm_args, study_env
+from test_paper_rehearsals import check_rehearsal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]
 
-REPORTS = ("sampler_comparison", "schedules", "loss_profile", "slot_finetune", "batch_size",
-           "timestep_contribution", "prediction_types", "consistency")
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: ([^)]+)\)")
 
 
@@ -38,10 +39,10 @@ def run_id(log: str) -> str:
     return m.group(1)
 
 
-def test_smoke_study_through_slurm(slurm_cluster, smoke_study):
-    study = smoke_study
+def test_paper_rehearsal_through_slurm(slurm_cluster, cluster_rehearsal):
+    study = cluster_rehearsal
     assert study.profile == "cluster"
-    assert study.returncode == 0, f"smoke study through SLURM failed after {study.seconds:.0f} s:\n{tail(study.log)}"
+    assert study.returncode == 0, f"rehearsal through SLURM failed after {study.seconds:.0f} s:\n{tail(study.log)}"
 
     # the jobs really went through sbatch: ids in snakemake's log, SLURM's own log files, and
     # slurmctld still knows them (MinJobAge) as jobs of this run, all completed, in the
@@ -57,6 +58,7 @@ def test_smoke_study_through_slurm(slurm_cluster, smoke_study):
     assert {jobs[i]["state"] for i in ids} == {"COMPLETED"}, {i: jobs[i]["state"] for i in ids}
     comments = {jobs[i]["comment"] for i in ids}
     assert any(c.startswith("rule_train_wildcards_") for c in comments), comments
+    assert "rule_train_wildcards_reference" not in comments  # the pretrained reference is never trained
     assert any(c.startswith("rule_eval") for c in comments), comments  # a group job
     # the cluster profile's own groups: the reports and the analyses' post-processing each went
     # as group jobs, not one SLURM job per rule instance
@@ -70,15 +72,9 @@ def test_smoke_study_through_slurm(slurm_cluster, smoke_study):
                   for i in sorted(ids)[:3]}
     assert partitions == {slurm_cluster.partition}
 
-    reports = study.root / "reports" / "smoke"
-    assert (reports / "index.html").is_file()
-    for name in REPORTS:
-        html = (reports / f"{name}.html").read_text(errors="replace")
-        assert "data:image/png" in html, f"{name}.html has no embedded plot"
-    index = (reports / "index.html").read_text()
-    for name in REPORTS:
-        assert f"{name}.html" in index
-    print(f"smoke study through SLURM: {study.seconds:.0f} s, {len(ids)} SLURM jobs")
+    # every report, the index with its banner, a verdict per claim, the reference read in its format
+    check_rehearsal(study.root, CLUSTER_REHEARSAL)
+    print(f"rehearsal of config/{CLUSTER_REHEARSAL}.yaml through SLURM: {study.seconds:.0f} s, {len(ids)} SLURM jobs")
 
 
 RUN = "uniform_none_eps_b64_linear_s0"

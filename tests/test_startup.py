@@ -18,7 +18,7 @@ import sys
 import timestep_lab.cli as cli
 import timestep_lab.cli.report as report
 seen = []
-report.render_notebook = lambda notebook, out, params: seen.append("torch" in sys.modules)
+report.render_notebook = lambda notebook, out, params, **kw: seen.append("torch" in sys.modules)
 try:
     rc = cli.main(sys.argv[1:])
 except SystemExit as exc:  # --help
@@ -55,7 +55,7 @@ def test_a_diverged_run_is_still_exit_status_3(tmp_path, monkeypatch, capsys):
 
     assert raised_by_training is NonFiniteLossError
 
-    def diverge(*args):
+    def diverge(*args, **kwargs):
         raise raised_by_training("non-finite loss at optimizer step 7")
 
     monkeypatch.setattr(report, "render_notebook", diverge)

@@ -1,7 +1,8 @@
 """The suite's own parallel setup (`make test`: two pytest-xdist workers, tests/xdist_groups.py):
-the Makefile passes the options and CI runs it; every test on the SLURM cluster or the smoke study
-is in xdist group "study" and collected first; and under those options the group really is one
-work unit whose session fixtures are set up once (a small xdist session of its own, a few seconds)."""
+the Makefile passes the options and CI runs it; every test on the SLURM cluster or its rehearsal
+is in xdist group "study", every test on the smoke study in group "smoke", both collected first;
+and under those options each group really is one work unit whose session fixtures are set up
+once, the two in different workers (a small xdist session of its own, a few seconds)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from worktree import ROOT
-from xdist_groups import STUDY_GROUP, once_per_run, uses_study_fixtures
+from xdist_groups import GROUP_ORDER, SMOKE_GROUP, STUDY_GROUP, once_per_run, study_group, uses_study_fixtures
 
 TESTS = Path(__file__).resolve().parent
 
@@ -40,20 +41,23 @@ def test_make_test_runs_two_workers_that_keep_groups_and_ci_runs_make_test():
     assert "make test" in (ROOT / "README.md").read_text()
 
 
-def test_tests_on_the_cluster_or_the_study_are_one_group_collected_first(request):
+def test_tests_on_the_cluster_or_the_studies_are_their_groups_collected_first(request):
     items = request.session.items
-    study = [item for item in items if uses_study_fixtures(item)]
-    assert items[:len(study)] == study  # the longest chain starts first
+    grouped = [item for item in items if uses_study_fixtures(item)]
+    assert items[:len(grouped)] == grouped  # the long chains start first
+    assert [study_group(item) for item in grouped] == sorted((study_group(i) for i in grouped), key=GROUP_ORDER.index)
     loadgroup = getattr(request.config.option, "loadgroup", False)
     for item in items:
         groups = [m.args[0] if m.args else m.kwargs.get("name") for m in item.iter_markers("xdist_group")]
-        if item in study:
-            assert groups == [STUDY_GROUP], (item.nodeid, groups)
+        if item in grouped:
+            assert groups == [study_group(item)], (item.nodeid, groups)
             if loadgroup:  # what the scheduler reads (tests/xdist_groups.py)
-                assert item.nodeid.endswith(f"@{STUDY_GROUP}"), item.nodeid
+                assert item.nodeid.endswith(f"@{groups[0]}"), item.nodeid
         # the fixture closure finds them: test_slurm.py's tests and test_pipeline.py's `study` tests
-        if item.path.name == "test_slurm.py" or (item.path.name == "test_pipeline.py" and "study" in item.fixturenames):
-            assert item in study, item.nodeid
+        if item.path.name == "test_slurm.py":
+            assert study_group(item) == STUDY_GROUP, item.nodeid
+        if item.path.name == "test_pipeline.py" and "study" in item.fixturenames:
+            assert study_group(item) == SMOKE_GROUP, item.nodeid
 
 
 CONFTEST = f"""
@@ -77,7 +81,12 @@ def slurm_cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def smoke_study(slurm_cluster, tmp_path_factory):
+def cluster_rehearsal(slurm_cluster, tmp_path_factory):
+    once_per_run(tmp_path_factory, "cluster_rehearsal")
+
+
+@pytest.fixture(scope="session")
+def smoke_study(tmp_path_factory):
     once_per_run(tmp_path_factory, "smoke_study")
 """
 
@@ -105,7 +114,7 @@ from conftest import record
 def test_on_cluster(slurm_cluster, request):
     record(request)
 
-def test_on_both(slurm_cluster, smoke_study, request):
+def test_on_cluster_study(slurm_cluster, cluster_rehearsal, request):
     record(request)
 
 @pytest.mark.parametrize("i", range(8))
@@ -116,8 +125,9 @@ def test_plain_b(i, request):
 
 def test_the_study_group_is_one_work_unit_under_make_tests_options(tmp_path):
     """A small session with the Makefile's options, the real hook and stand-in session fixtures
-    (each fails if a second worker sets it up): the 5 tests on them run in one worker, before any
-    other test there, and the other worker takes the rest."""
+    (each fails if a second worker sets it up): the 2 tests on the cluster run in one worker and
+    the 3 on the smoke study in the other, each group before any other test there, and the two
+    workers share the rest."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "conftest.py").write_text(CONFTEST)
@@ -132,10 +142,13 @@ def test_the_study_group_is_one_work_unit_under_make_tests_options(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ran = [line.split(" ", 1) for line in log.read_text().splitlines()]
     assert len(ran) == 21, ran
-    study = [(worker, nodeid) for worker, nodeid in ran if "on_" in nodeid]
-    assert len(study) == 5 and all(nodeid.endswith(f"@{STUDY_GROUP}") for _, nodeid in study), study
-    (worker,) = {w for w, _ in study}
-    assert [nodeid for w, nodeid in ran if w == worker][:5] == [nodeid for _, nodeid in study]
+    workers = {}
+    for group, marker, n in ((STUDY_GROUP, "on_cluster", 2), (SMOKE_GROUP, "on_study", 3)):
+        tests = [(worker, nodeid) for worker, nodeid in ran if marker in nodeid]
+        assert len(tests) == n and all(nodeid.endswith(f"@{group}") for _, nodeid in tests), tests
+        (workers[group],) = {w for w, _ in tests}
+        assert [nodeid for w, nodeid in ran if w == workers[group]][:n] == [nodeid for _, nodeid in tests]
+    assert workers[STUDY_GROUP] != workers[SMOKE_GROUP]  # the two long chains side by side
     assert {w for w, _ in ran} == {"gw0", "gw1"}, ran
 
 

@@ -229,3 +229,18 @@ def test_cluster_profile_groups_only_cpu_rules_that_exist():
     components = dict(entry.split("=") for entry in profile["group-components"])
     assert set(components) == set(grouped.values())
     assert all(int(n) >= 2 for n in components.values())
+
+
+def test_local_profile_leaves_cores_to_a_global_profile():
+    """profiles/default sets `cores: all` for local runs only: Snakemake layers it over
+    `--profile cluster` and caps every cluster job's threads at its `cores` (a 2-core login
+    node gave the paper configs' 8-thread jobs 2). tests/test_dag.py dry-runs the real thing."""
+    from timestep_lab.workflow.snakefile import local_cores
+
+    assert local_cores([], {}) == "all"
+    assert local_cores(["--configfile", "config/smoke.yaml", "--executor", "local", "-n"], {}) == "all"
+    assert local_cores(["--profile", "none"], {"SNAKEMAKE_PROFILE": "none"}) == "all"
+    for argv in (["--profile", "cluster"], ["--profile=cluster"], ["--configfile", "x.yaml", "--profile", "site"],
+                 ["--executor", "slurm"], ["-e", "slurm"], ["--executor=googlebatch"]):
+        assert local_cores(argv, {}) is None, argv
+    assert local_cores([], {"SNAKEMAKE_PROFILE": "cluster"}) is None

@@ -1,11 +1,13 @@
 """Running the suite on pytest-xdist workers (`make test`: ``-n 2 --dist loadgroup``).
 
-The SLURM cluster and the smoke study are session fixtures of ONE process: two clusters on one
-host would collide, and the study (minutes) must run once. So every test that uses either,
-directly or through another fixture, joins the xdist group ``study`` (one work unit: one worker),
-and the group comes first in the collection: it is the suite's longest chain (the smoke study
-through SLURM, the tests on its results, the scancel test), which the other worker overlaps with
-everything else. A test never needs the mark by hand: the fixture closure decides.
+The SLURM cluster, the cluster rehearsal and the smoke study are session fixtures of ONE process:
+two clusters on one host would collide, and a study (minutes) must run once. So every test that
+uses one of them, directly or through another fixture, joins its xdist group (one work unit: one
+worker): ``study`` for the cluster and the paper-config rehearsal run through it (the suite's
+longest chain: the rehearsal through SLURM, the tests on its results, the scancel test), ``smoke``
+for the smoke study run locally. The groups come first in the collection, the longest first, so
+the two workers start one each and then share everything else. A test never needs the mark by
+hand: the fixture closure decides.
 
 Light on purpose (pytest only): conftest.py imports the hook from here, and
 tests/test_suite_config.py runs it in a small xdist session of its own.
@@ -18,13 +20,27 @@ from pathlib import Path
 
 import pytest
 
-STUDY_FIXTURES = ("slurm_cluster", "smoke_study")
 STUDY_GROUP = "study"
+SMOKE_GROUP = "smoke"
+#: session fixture -> the xdist group of every test that uses it; groups in collection order
+FIXTURE_GROUPS = {"slurm_cluster": STUDY_GROUP, "cluster_rehearsal": STUDY_GROUP, "smoke_study": SMOKE_GROUP}
+GROUP_ORDER = (STUDY_GROUP, SMOKE_GROUP)
+STUDY_FIXTURES = tuple(FIXTURE_GROUPS)
+
+
+def study_group(item) -> str | None:
+    """The xdist group ``item`` needs for its session studies (its fixture closure), or None.
+    One test cannot need two groups' fixtures: they are set up in different workers."""
+    groups = {FIXTURE_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in FIXTURE_GROUPS}
+    if len(groups) > 1:
+        raise pytest.UsageError(f"{item.nodeid} uses session fixtures of xdist groups {sorted(groups)}, which two "
+                                "workers set up (tests/xdist_groups.py)")
+    return groups.pop() if groups else None
 
 
 def uses_study_fixtures(item) -> bool:
-    """Whether ``item`` needs the session's SLURM cluster or smoke study (its fixture closure)."""
-    return any(name in STUDY_FIXTURES for name in getattr(item, "fixturenames", ()))
+    """Whether ``item`` needs the session's SLURM cluster, cluster rehearsal or smoke study."""
+    return study_group(item) is not None
 
 
 def group_suffix(item) -> str | None:
@@ -36,12 +52,14 @@ def group_suffix(item) -> str | None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    # before every other implementation (xdist's reads the marks): mark the group, put it first
-    study = [item for item in items if uses_study_fixtures(item)]
-    for item in study:
-        item.add_marker(pytest.mark.xdist_group(STUDY_GROUP))
-    grouped = set(map(id, study))
-    items[:] = study + [item for item in items if id(item) not in grouped]  # stable within each part
+    # before every other implementation (xdist's reads the marks): mark the groups, put them first
+    groups = {item: study_group(item) for item in items}
+    for item, group in groups.items():
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    first = [item for group in GROUP_ORDER for item in items if groups[item] == group]
+    grouped = set(map(id, first))
+    items[:] = first + [item for item in items if id(item) not in grouped]  # stable within each part
     result = yield
     # after xdist's: loadgroup passes a test's group to the scheduler as a node-id suffix, which
     # pytest-xdist 3.8.0 writes to Node._nodeid, a field pytest 9.2 no longer reads (node ids are
@@ -73,6 +91,7 @@ def once_per_run(tmp_path_factory, name: str) -> None:
         fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         pytest.fail(f"session fixture {name} was already set up by xdist worker {claim.read_text()}; "
-                    f"{worker} needs it too: every test using it must be in xdist group {STUDY_GROUP!r}")
+                    f"{worker} needs it too: every test using it must be in xdist group "
+                    f"{FIXTURE_GROUPS.get(name, STUDY_GROUP)!r}")
     with os.fdopen(fd, "w") as fh:
         fh.write(worker)

@@ -1,5 +1,6 @@
-"""Feature extractors the pipeline trains itself: small CNN classifiers whose penultimate layer
-is the feature space of FID on data sets where Inception features are meaningless.
+"""Feature extractors: small CNNs whose penultimate layer is the feature space of FID where
+Inception features are meaningless (trained by the pipeline), and the rehearsal's random
+stand-in for Inception (never trained).
 
 Registry :data:`FEATURE_NETS` (one entry per extractor, chosen by ``evaluation.extractor``):
 
@@ -53,6 +54,18 @@ hold its own hash), the same metadata and ``train_cpu_s``, the CPU time of train
 the weights file, whose bytes depend only on the data, the recipe and the seed). Every metrics
 file records the sha256 of the weights it used.
 
+``rehearsal-cnn`` arch ``rehearsal-cnn-v1`` (:class:`RehearsalCNN`): random weights, never trained
+(``python -m timestep_lab rehearse`` writes it, same file format, ``random: true``,
+``in_channels``); it stands in for Inception in a fast rehearsal (``--fast-features``),
+whose FIDs of 32-d features cost microseconds where a 2048-d Inception FID costs ~25 CPU-s
+on a CPU. Input uint8 ``[B, C, H, W]`` of any size (C of the file), label "FID (rehearsal
+stand-in features)"::
+
+    x / 127.5 - 1
+    conv3x3(C->16) ReLU  conv3x3(16->32, stride 2) ReLU  adaptive avgpool(4x4)
+    flatten(512)  linear(512->32)                            # = features [B, 32]
+    ReLU  linear(32->10)                                     # = logits (unused)
+
 The metric libraries' adapters for these networks are in :mod:`timestep_lab.metrics.extractors`.
 Must not know: FID/KID, reference statistics or the metric libraries.
 """
@@ -75,8 +88,9 @@ from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
 from timestep_lab.data import DataError, PreparedData
 from timestep_lab.io import ArtifactError, atomic_write_json, load_torch, save_torch, sha256_file
 
-__all__ = ["FEATURE_FORMAT", "FEATURE_NETS", "FeatureNet", "FeatureCNN", "DigitsCNN", "MnistCNN", "TrainedFeatures",
-           "train_feature_net", "load_feature_net", "sidecar_path", "accuracy"]
+__all__ = ["FEATURE_FORMAT", "FEATURE_NETS", "FeatureNet", "FeatureCNN", "DigitsCNN", "MnistCNN", "RehearsalCNN",
+           "TrainedFeatures", "train_feature_net", "load_feature_net", "write_rehearsal_cnn", "sidecar_path",
+           "accuracy"]
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +144,21 @@ class MnistCNN(FeatureCNN):
         self.head = nn.Sequential(nn.ReLU(), nn.Dropout(0.3), nn.Linear(feature_dim, num_classes))
 
 
+class RehearsalCNN(FeatureCNN):
+    """``rehearsal-cnn-v1``: the rehearsal's random stand-in for Inception (module docstring),
+    uint8 ``[B, in_channels, H, W]``, any H, W >= 4 (adaptive pooling)."""
+
+    def __init__(self, feature_dim: int = 32, num_classes: int = 10, in_channels: int = 3):
+        super().__init__(feature_dim, num_classes)
+        self.in_channels = in_channels
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, 16, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(), nn.Linear(32 * 4 * 4, feature_dim),
+        )
+        self.head = nn.Sequential(nn.ReLU(), nn.Linear(feature_dim, num_classes))
+
+
 @dataclass(frozen=True)
 class FeatureNet:
     """One trained feature extractor: its network, input, label and training recipe."""
@@ -137,17 +166,20 @@ class FeatureNet:
     name: str  # evaluation.extractor; the study's file is results/<study>/eval/<name>.pt
     arch: str  # the network, stored in the weights file
     display: str  # the report label is "FID (<display> features)"
-    build: Callable[..., FeatureCNN]  # (feature_dim, num_classes) -> network
-    image_shape: tuple[int, int, int]  # uint8 input [H, W, C]
+    build: Callable[..., FeatureCNN]  # (feature_dim, num_classes[, in_channels]) -> network
+    image_shape: tuple[int, int, int] | None  # uint8 input [H, W, C]; None: any size (the file's channels)
     feature_dim: int  # width of the feature layer
     epochs: int
     batch_size: int
     lr: float
     max_shift: int  # random translation of up to this many pixels while training
+    trained: bool = True  # False: random weights written by `rehearse`, never trained
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
-        """``[C, H, W]``, the network's input layout."""
+    def input_shape(self) -> tuple[int, int, int] | None:
+        """``[C, H, W]``, the network's input layout (None: any)."""
+        if self.image_shape is None:
+            return None
         h, w, c = self.image_shape
         return (c, h, w)
 
@@ -166,8 +198,11 @@ register_feature_net(FeatureNet("digits-cnn", "digits-cnn-v1", "digits-CNN", Dig
                                 epochs=30, batch_size=64, lr=3e-3, max_shift=1))
 register_feature_net(FeatureNet("mnist-cnn", "mnist-cnn-v1", "mnist-cnn", MnistCNN, (32, 32, 1), 128,
                                 epochs=15, batch_size=64, lr=2e-3, max_shift=2))
+register_feature_net(FeatureNet("rehearsal-cnn", "rehearsal-cnn-v1", "rehearsal stand-in", RehearsalCNN, None, 32,
+                                epochs=0, batch_size=0, lr=0.0, max_shift=0, trained=False))
 # the torch-free list the config and the workflow check names against must name the same entries
-assert tuple(FEATURE_NETS) == TRAINED_FEATURE_EXTRACTORS, (tuple(FEATURE_NETS), TRAINED_FEATURE_EXTRACTORS)
+_TRAINED = tuple(name for name, net in FEATURE_NETS.items() if net.trained)
+assert _TRAINED == TRAINED_FEATURE_EXTRACTORS, (_TRAINED, TRAINED_FEATURE_EXTRACTORS)
 
 
 def feature_net(name: str) -> FeatureNet:
@@ -176,7 +211,6 @@ def feature_net(name: str) -> FeatureNet:
     except KeyError:
         raise ArtifactError(f"unknown trained feature extractor '{name}'; choose one of: "
                             f"{', '.join(FEATURE_NETS)}") from None
-
 
 def sidecar_path(weights: str | Path) -> Path:
     """``digits-cnn.pt`` -> ``digits-cnn.json`` (holds the weights file's sha256)."""
@@ -253,6 +287,8 @@ def train_feature_net(name: str, train_dir: str | Path, test_dir: str | Path, ou
     a step 40x slower. digits-cnn: about 10 s of one CPU core; mnist-cnn: see docs/methods.md.
     """
     spec = feature_net(name)
+    if not spec.trained:
+        raise ArtifactError(f"{name} is not trained: `python -m timestep_lab rehearse` writes its random weights")
     epochs, batch_size, lr = (spec.epochs if epochs is None else epochs, batch_size or spec.batch_size,
                               spec.lr if lr is None else lr)
     train, test = PreparedData(train_dir, verify=True), PreparedData(test_dir, verify=True)
@@ -313,7 +349,8 @@ def load_feature_net(path: str | Path, device: Any = "cpu", *,
                             f"`python -m timestep_lab train-features`)")
     if expect is not None and spec.name != expect:
         raise ArtifactError(f"{path}: holds the {spec.name} extractor ({spec.arch}), not {expect}")
-    net = spec.build(int(obj["feature_dim"]), int(obj["num_classes"]))
+    extra = {"in_channels": int(obj["in_channels"])} if "in_channels" in obj else {}  # the stand-in's
+    net = spec.build(int(obj["feature_dim"]), int(obj["num_classes"]), **extra)
     try:
         net.load_state_dict(obj["state_dict"])
     except RuntimeError as exc:
@@ -322,3 +359,22 @@ def load_feature_net(path: str | Path, device: Any = "cpu", *,
     meta = {k: v for k, v in obj.items() if k != "state_dict"}
     meta.setdefault("extractor", spec.name)  # files written before the registry held no name
     return net.to(device).eval(), meta
+
+
+def write_rehearsal_cnn(out: str | Path, in_channels: int, *, seed: int = 0) -> Path:
+    """A :class:`RehearsalCNN` with random weights (Kaiming-normal convolutions, drawn from
+    ``seed``: the same bytes every time) -> ``out`` and its sidecar."""
+    gen = torch.Generator().manual_seed(seed)
+    spec = FEATURE_NETS["rehearsal-cnn"]
+    net = RehearsalCNN(spec.feature_dim, in_channels=in_channels)
+    with torch.no_grad():
+        for p in net.parameters():
+            fan_in = p[0].numel() if p.dim() > 1 else 1
+            p.copy_(torch.randn(p.shape, generator=gen) * (math.sqrt(2.0 / fan_in) if p.dim() > 1 else 0.1))
+    meta = {"format": FEATURE_FORMAT, "extractor": spec.name, "arch": spec.arch, "feature_dim": net.feature_dim,
+            "num_classes": net.num_classes, "in_channels": in_channels, "random": True, "seed": seed,
+            "torch_version": str(torch.__version__)}
+    out = Path(out)
+    save_torch({**meta, "state_dict": {k: v.detach().clone() for k, v in net.state_dict().items()}}, out)
+    atomic_write_json(sidecar_path(out), {"file": out.name, "sha256": sha256_file(out), **meta})
+    return out

@@ -78,6 +78,9 @@ def report_params(wildcards, input):
         if key == "notebook":
             continue
         parts += ["-p", key, ",".join(value) if isinstance(value, list) else value]
+    if config.get("rehearsal"):  # every page of a rehearsal says so
+        parts += ["--banner", f"REHEARSAL, NOT A RESULT: a scaled-down rehearsal of {config['rehearsal']['of']} on "
+                              "fake data and random weights; no number on this page measures anything."]
     return parts
 
 

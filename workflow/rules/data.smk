@@ -1,10 +1,10 @@
-# Raw data -> prepared folders (uint8 array + manifest). DVC tracks data/.
+# Raw data -> prepared folders (uint8 array + manifest) under data.prepared. DVC tracks data/.
 
 
 rule prepare_data:
     output:
-        manifest="data/prepared/{name}-{split}/manifest.json",
-        images="data/prepared/{name}-{split}/images.npy",
+        manifest=f"{config['data']['prepared']}/{{name}}-{{split}}/manifest.json",
+        images=f"{config['data']['prepared']}/{{name}}-{{split}}/images.npy",
     params:
         dataset=config["data"]["dataset"],
         split=lambda wc: wc.split,

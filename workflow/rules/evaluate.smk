@@ -94,6 +94,7 @@ rule sample_score:
         metrics=f"{RES}/runs/{{run}}/metrics.json",
     params:
         model=lambda wc: model_path(wc.run),
+        fmt=lambda wc: model_format(wc.run),
         weights=weights_arg(),
         sets=lambda wc: eval_sample_overrides(config["evaluation"]["num_samples"], wc.run),
     log:
@@ -106,9 +107,9 @@ rule sample_score:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab sample-score --model={params.model:q} --out={output.npz:q} --grid={output.png:q}"
-        " {params.sets:q} --reference={input.reference:q} {params.weights:q} --metrics={output.metrics:q}"
-        " --threads={threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab sample-score --model={params.model:q} --format={params.fmt:q} --out={output.npz:q}"
+        " --grid={output.png:q} {params.sets:q} --reference={input.reference:q} {params.weights:q}"
+        " --metrics={output.metrics:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule evaluate_progress:
@@ -143,7 +144,8 @@ rule collect:
     input:
         metrics=expand(f"{RES}/runs/{{run}}/metrics.json", run=evaluated_runs()),
         progress=expand(f"{RES}/runs/{{run}}/fid_progress.json", run=progress_runs()),
-        logs=expand(f"{RES}/runs/{{run}}/train_log.jsonl", run=evaluated_runs()),
+        # runs trained here (a pretrained reference has no training log: asking for one trained it)
+        logs=expand(f"{RES}/runs/{{run}}/train_log.jsonl", run=[r for r in evaluated_runs() if r in trained_runs()]),
         floor=floor_input(),
     output:
         metrics=f"{RES}/metrics.csv",

@@ -76,7 +76,7 @@ def _reference_stats_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extractor", choices=FEATURE_EXTRACTORS, default=None,
                    help="feature extractor (default: eval.feature_extractor, else digits-cnn)")
     p.add_argument("--weights", type=Path, default=None,
-                   help="train-features weights file (digits-cnn, mnist-cnn), or folder with the Inception weights "
+                   help="feature-network weights file (digits-cnn, mnist-cnn, rehearsal-cnn), or folder with the Inception weights "
                         "(default: eval.feature_weights)")
     p.add_argument("--out", type=Path, required=True, help="reference .npz to write")
     p.add_argument("--max-images", type=at_least(2), default=None, help="use only N of the images (a seeded subset)")

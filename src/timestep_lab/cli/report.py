@@ -19,6 +19,7 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="HTML to write")
     p.add_argument("-p", dest="parameters", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="notebook parameter (string value)")
+    p.add_argument("--banner", default=None, help="a warning shown above the report (a rehearsal's: not a result)")
 
 
 @command("report", "execute a report notebook with papermill and write self-contained HTML", _report_args)
@@ -31,6 +32,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     params = {}
     for name, value in args.parameters:
         params[name] = value
-    render_notebook(args.notebook, args.out, params)
+    render_notebook(args.notebook, args.out, params, banner=args.banner)
     log.info("report %s -> %s", args.notebook, args.out)
     return 0

@@ -21,6 +21,7 @@ from timestep_lab.config.load import (
     parse_scalar,
 )
 from timestep_lab.config.schema import (
+    FEATURE_EXTRACTORS,
     ComponentConfig,
     ConfigError,
     DataConfig,

@@ -35,7 +35,7 @@ __all__ = [
 #: and of every extractor ``evaluation.extractor`` may name. Kept here, torch-free, because the
 #: Snakefile and the config checks need the names at DAG build.
 TRAINED_FEATURE_EXTRACTORS = ("digits-cnn", "mnist-cnn")
-FEATURE_EXTRACTORS = (*TRAINED_FEATURE_EXTRACTORS, "inception-v3")
+FEATURE_EXTRACTORS = (*TRAINED_FEATURE_EXTRACTORS, "inception-v3", "rehearsal-cnn")  # rehearsal-cnn: `rehearse`'s random stand-in
 
 
 class ConfigError(ValueError):
@@ -246,8 +246,8 @@ class EvalConfig:
     drawn with seed ``kid_seed`` (both tools).
     """
 
-    feature_extractor: str | None = None  # digits-cnn | mnist-cnn | inception-v3 | null (see above)
-    feature_weights: str | None = None  # weights file (digits-cnn, mnist-cnn) or folder (inception-v3)
+    feature_extractor: str | None = None  # digits-cnn | mnist-cnn | inception-v3 | rehearsal-cnn | null (see above)
+    feature_weights: str | None = None  # weights file (digits-cnn, mnist-cnn, rehearsal-cnn) or folder (inception-v3)
     num_samples: int | None = None  # None: all samples in samples.npz
     tools: tuple[str, ...] = ("torch-fidelity", "clean-fid")
     kid: bool = True

@@ -85,7 +85,7 @@ def _inception() -> nn.Module:
 
 
 EXTRACTORS = {"inception-v3": (_inception, (1, 3, 299, 299)),
-              **{name: (functools.partial(net.build, net.feature_dim), (1, *net.input_shape))
+              **{name: (functools.partial(net.build, net.feature_dim), (1, *(net.input_shape or (3, 32, 32))))
                  for name, net in FEATURE_NETS.items()}}
 
 

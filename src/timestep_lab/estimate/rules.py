@@ -195,7 +195,7 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     out.append(train)
 
     extractor = ev["extractor"]
-    if extractor in FEATURE_NETS:
+    if extractor in FEATURE_NETS and FEATURE_NETS[extractor].trained:  # the rehearsal's stand-in is written, not trained
         net = FEATURE_NETS[extractor]
         n_train = net.epochs * plan.split_size(plan.study["data"]["train_split"])
         feats = _rule("train_features", ["train_features"], False,

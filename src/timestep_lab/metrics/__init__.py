@@ -3,7 +3,8 @@
 Both libraries compute every number we report (protocol: docs/methods.md 8.3-8.4). The package,
 bottom to top:
 
-``extractors``  the feature extractors (``digits-cnn``, ``mnist-cnn``, ``inception-v3``), their input and
+``extractors``  the feature extractors (``digits-cnn``, ``mnist-cnn``, ``inception-v3``, the rehearsal's
+                ``rehearsal-cnn``), their input form and
                 where their weights come from (``download`` fetches missing files)
 ``fid``         the two library adapters (feature extraction, FID/KID/PR against stored
                 statistics) and an independent Fréchet distance for tests

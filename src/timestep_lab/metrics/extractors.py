@@ -11,6 +11,9 @@ Every extractor is run by both libraries (torch-fidelity and clean-fid):
                   batch, clean-fid (mode "clean") reads the images from ``.npy`` files and its
                   resize step is replaced by the identity (``custom_fn_resize``), so no 299x299
                   upsampling happens.
+``rehearsal-cnn`` the rehearsal's random stand-in for Inception (same registry, never trained),
+                  run exactly as the trained CNNs (any image size, no resize): "FID (rehearsal
+                  stand-in features)", a number that only says the pipeline ran.
 ``inception-v3``  torch-fidelity's ``inception-v3-compat`` (TF-compatible port, weights
                   ``weights-inception-2015-12-05-6726825d.pth``) and clean-fid's TorchScript
                   Inception (``inception-2015-12-05.pt``) with its clean PIL-bicubic resize.
@@ -73,7 +76,9 @@ LABELS = {  # metric -> report label, per extractor
 
 
 def trained(name: str) -> bool:
-    """Whether extractor ``name`` is one the pipeline trains (weights: a ``train-features`` file)."""
+    """Whether extractor ``name`` is a small network of :data:`FEATURE_NETS` (weights: one
+    timestep_lab feature-network file, from ``train-features`` or, for ``rehearsal-cnn``,
+    ``rehearse``), not Inception."""
     return name in FEATURE_NETS
 
 
@@ -114,9 +119,10 @@ class TorchFidelityTrainedCNN(FeatureExtractorBase):
     def __init__(self, name, features_list, feature_extractor_weights_path=None, **kwargs):
         super().__init__(name, features_list)
         if feature_extractor_weights_path is None:
-            raise ValueError(f"{self.extractor} needs feature_extractor_weights_path (the train-features output)")
+            raise ValueError(f"{self.extractor} needs feature_extractor_weights_path (its weights file)")
         self.net, _ = load_feature_net(feature_extractor_weights_path, expect=self.extractor)
-        self.input_shape = FEATURE_NETS[self.extractor].input_shape
+        # None: any size with the file's channels (the rehearsal stand-in)
+        self.input_shape = FEATURE_NETS[self.extractor].input_shape or (getattr(self.net, "in_channels", 3), -1, -1)
 
     @staticmethod
     def get_provided_features_list():
@@ -132,10 +138,11 @@ class TorchFidelityTrainedCNN(FeatureExtractorBase):
 
     @classmethod
     def get_dummy_input_for_compile(cls):
-        return torch.zeros(1, *FEATURE_NETS[cls.extractor].input_shape, dtype=torch.uint8)
+        return torch.zeros(1, *(FEATURE_NETS[cls.extractor].input_shape or (3, 32, 32)), dtype=torch.uint8)
 
     def forward(self, x):
-        if not (torch.is_tensor(x) and x.dtype == torch.uint8 and x.dim() == 4 and tuple(x.shape[1:]) == self.input_shape):
+        if not (torch.is_tensor(x) and x.dtype == torch.uint8 and x.dim() == 4
+                and all(want in (-1, got) for want, got in zip(self.input_shape, x.shape[1:]))):
             raise ValueError(f"{self.extractor} expects uint8 [B, {', '.join(map(str, self.input_shape))}], got "
                              f"{getattr(x, 'dtype', type(x))} {list(getattr(x, 'shape', []))}")
         feats = self.net.features(x)
@@ -177,7 +184,7 @@ def to_extractor_input(images_nhwc: np.ndarray, spec: FeatureExtractorSpec) -> n
     images = np.asarray(images_nhwc)
     if images.dtype != np.uint8 or images.ndim != 4:
         raise ArtifactError(f"images must be uint8 [N, H, W, C], got {images.dtype}{list(images.shape)}")
-    if trained(spec.name) and tuple(images.shape[1:]) != FEATURE_NETS[spec.name].image_shape:
+    if trained(spec.name) and FEATURE_NETS[spec.name].image_shape not in (None, tuple(images.shape[1:])):
         h, w, c = FEATURE_NETS[spec.name].image_shape
         raise ArtifactError(f"{spec.name} scores {h}x{w}x{c} images, got {list(images.shape[1:])}")
     if spec.name == "inception-v3" and images.shape[3] == 1:
@@ -260,14 +267,15 @@ def resolve_weights(name: str, weights: str | Path | None, tools: Sequence[str],
         raise ArtifactError(f"unknown metric tool(s) {list(unknown or tools)}; choose from {list(TOOLS)}")
     if name == "inception-v3":
         return _resolve_inception(tools, weights, download, timeout)
+    writer = (f"train-features --extractor {name} --data ... --test-data ... --out {name}.pt"
+              if FEATURE_NETS[name].trained else "rehearse STUDY.yaml --fast-features")
     if weights is None:
-        raise WeightsMissingError(f"{name} needs its weights file: train it with `python -m timestep_lab "
-                                  f"train-features --extractor {name} --data ... --test-data ... --out {name}.pt` "
-                                  f"and pass --weights {name}.pt (or eval.feature_weights)")
+        raise WeightsMissingError(f"{name} needs its weights file: write it with `python -m timestep_lab {writer}` "
+                                  f"and pass --weights FILE (or eval.feature_weights)")
     path = Path(weights)
     if not path.is_file():
         raise WeightsMissingError(f"{path}: {name} weights file not found (write it with "
-                                  f"`python -m timestep_lab train-features --extractor {name}`)")
+                                  f"`python -m timestep_lab {writer}`)")
     return {t: path for t in tools}
 
 
@@ -282,8 +290,8 @@ def load_feature_extractor(name: str, weights: str | Path | None = None, *, tool
                            download: bool = True, timeout: float = 10.0) -> FeatureExtractorSpec:
     """Resolve, check and hash the weights of extractor ``name`` for ``tools``.
 
-    Trained extractors (``digits-cnn``, ``mnist-cnn``): ``weights`` is the ``train-features``
-    file (required), and it must hold that extractor. ``inception-v3``:
+    Small networks (``digits-cnn``, ``mnist-cnn``, ``rehearsal-cnn``): ``weights`` is the
+    network's file (required), and it must hold that extractor. ``inception-v3``:
     ``weights`` is a folder holding the two files (or one of the files), else the libraries'
     caches; missing files raise :class:`WeightsMissingError` before any long network wait.
     The files are loaded once here to check them (weights-only for the state dicts).

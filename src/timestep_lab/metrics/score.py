@@ -129,7 +129,7 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
     tf, cf = values.get("torch-fidelity", {}), values.get("clean-fid", {})
     out.update({"fid": tf.get("fid"), "kid": tf.get("kid_mean"), "fid_clean_fid": cf.get("fid"),
                 "kid_clean_fid": cf.get("kid_mean"), "precision": tf.get("precision"), "recall": tf.get("recall")})
-    if "nimg" in meta:
+    if meta.get("nimg") is not None:  # a pretrained checkpoint records None: how long it trained is unknown
         out.update(nimg=int(meta["nimg"]), kimg=int(meta["nimg"]) / 1000)
     out.update(model=meta.get("model"), model_sha256=meta.get("model_sha256"), code=protocol["code"],
                protocol=protocol, records=records)

@@ -35,6 +35,7 @@ pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
 .note { background: #fff8e1; border-left: 4px solid #f0b400; padding: .5em 1em; }
 .finding { background: #eef6ff; border-left: 4px solid #2f7de1; padding: .5em 1em; }
 .failed { color: #b00020; font-weight: bold; }
+.rehearsal { background: #fff3cd; border: 2px solid #b8860b; padding: .8em 1em; margin: 1em 0; }
 """
 
 def _kernel_name() -> str:
@@ -43,10 +44,11 @@ def _kernel_name() -> str:
 
 
 def render_notebook(notebook: str | Path, out_html: str | Path, parameters: dict[str, Any] | None = None,
-                    title: str | None = None, cwd: str | Path | None = None) -> Path:
+                    title: str | None = None, cwd: str | Path | None = None, banner: str | None = None) -> Path:
     """Execute a jupytext notebook with ``parameters`` and write self-contained HTML atomically.
 
-    The executed ``.ipynb`` is kept next to the HTML (``<name>.ipynb``) for inspection.
+    The executed ``.ipynb`` is kept next to the HTML (``<name>.ipynb``) for inspection. ``banner``:
+    a warning above the report (a rehearsal's reports say that no number in them is a result).
     """
     # jupytext, papermill and nbconvert take about a second to import: only when a report renders
     import jupytext
@@ -84,7 +86,9 @@ def render_notebook(notebook: str | Path, out_html: str | Path, parameters: dict
     page_title = title or _first_heading(result) or notebook.stem.replace("_", " ")
     page = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(page_title)}</title><style>{PAGE_CSS}</style></head>\n<body>\n"
-            f"<p><a href=\"index.html\">&larr; study index</a></p>\n{body}\n</body></html>\n")
+            f"<p><a href=\"index.html\">&larr; study index</a></p>\n"
+            + (f"<div class=\"rehearsal\" role=\"alert\">{html.escape(banner)}</div>\n" if banner else "")
+            + f"{body}\n</body></html>\n")
     atomic_write_text(out_html, page)
     atomic_write_text(out_html.with_suffix(".ipynb"), nbformat.writes(result))
     return out_html

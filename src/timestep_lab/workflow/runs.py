@@ -116,9 +116,10 @@ def eval_sample(evaluation: Mapping[str, Any], config: Mapping[str, Any]) -> dic
 
 
 def prepared_dir(data: Mapping[str, Any], split: str) -> str:
-    """Where ``prepare`` writes a data set split: ``data/prepared/<dataset>[-<res>]-<split>``."""
+    """Where ``prepare`` writes a data set split: ``<prepared>/<dataset>[-<res>]-<split>``
+    (``data.prepared``, default ``data/prepared``)."""
     res = data.get("resolution")
-    return f"data/prepared/{data['dataset']}{'-' + str(res) if res else ''}-{split}"
+    return f"{data.get('prepared') or 'data/prepared'}/{data['dataset']}{'-' + str(res) if res else ''}-{split}"
 
 
 def _axes_config(axes: Mapping[str, Any], study: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Small helpers the Snakefile's rules call: the training launcher, optional shell flags, a
-one-line summary of a schema-validation error, and the check of the config file's own name.
+one-line summary of a schema-validation error, the check of the config file's own name, and
+the local profile's ``cores``.
 
 Command-line pieces are lists of arguments, never pre-joined strings: a rule pastes them with
 ``{params.x:q}``, which quotes every element, so no config value is ever read by the shell as
@@ -13,9 +14,10 @@ No Snakemake import, no torch, no files.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-__all__ = ["launcher", "opt", "schema_error_summary", "NAME_PATTERN", "PATH_PATTERN", "config_source_error"]
+__all__ = ["launcher", "opt", "schema_error_summary", "NAME_PATTERN", "PATH_PATTERN", "config_source_error",
+           "local_cores"]
 
 #: the schema's pattern of a name (workflow/schemas/config.schema.yaml, ``identifier``): matched
 #: whole, ``$(?!\n)``, since jsonschema's ``$`` also matches before a final newline
@@ -25,6 +27,9 @@ PATH_PATTERN = r"^[^\x00-\x1f\x7f-\x9f{}]*$(?!\n)"
 _RULES = {NAME_PATTERN: "a name holds only letters, digits, '_', '.' and '-', and starts with neither '.' nor '-'",
           PATH_PATTERN: "a path may hold neither a control character (NUL, newline, tab, ...) nor a brace "
                         "(Snakemake reads '{...}' as a wildcard)"}
+
+
+LOCAL_EXECUTORS = ("local", "dryrun", "touch")  # Snakemake's executors that run jobs on this host
 
 
 def launcher(gpus: int) -> list[str]:
@@ -58,3 +63,29 @@ def config_source_error(name: str) -> str | None:
     if re.search(PATH_PATTERN, name) is None:
         return f"{name!r}: cannot be used as the study config's file name: {_RULES[PATH_PATTERN]}; rename the file"
     return None
+
+
+def local_cores(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
+    """``cores`` of the local profile (``profiles/default``, which Snakemake layers over any
+    ``--profile``): ``"all"`` for a run on this host; None (the key left out) when the command
+    line names a global profile (``--profile``, or ``SNAKEMAKE_PROFILE``) or an executor that
+    submits jobs elsewhere. Snakemake caps every job's threads at ``--cores``, cluster jobs
+    too, and the workflow profile wins over ``--profile``: a submitting host's 2 cores would
+    cut a cluster job's 8 threads to 2. The global profile sets its own (the cluster profile's
+    is high); a local run under another global profile gives ``--cores`` itself.
+
+    ``argv``: snakemake's arguments (``sys.argv[1:]``), ``environ``: its environment."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag not in ("--profile", "--executor", "-e"):
+            continue
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if flag == "--profile" and value not in ("", "none"):
+            return None
+        if flag != "--profile" and value not in ("",) + LOCAL_EXECUTORS:
+            return None
+    if environ.get("SNAKEMAKE_PROFILE", "none") not in ("", "none"):
+        return None
+    return "all"

@@ -41,7 +41,7 @@ __all__ = ["study_runs", "reference_run", "finetune_runs", "contribution_ranges"
 
 # retired study-config keys -> the analysis section that now takes ``overrides: {train.total_kimg: N}``
 _RETIRED = {("slots", "finetune_kimg"): "analyses.slots", ("batch_size", "toward_zero_kimg"): "analyses.batch_size"}
-_DEFAULT_DERIVED_KIMG = 8  # length of a derived run whose section sets no train.total_kimg
+DEFAULT_DERIVED_KIMG = 8  # length of a derived run whose section sets no train.total_kimg
 
 
 def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
@@ -72,7 +72,7 @@ def reference_run(study: Mapping[str, Any], source: str = "study") -> Run:
 def _derived_config(parent: Mapping[str, Any], delta: Mapping[str, Any], spec: Mapping[str, Any],
                     where: str) -> dict[str, Any]:
     """``parent`` with the analysis' fixed ``delta``, then the section's ``overrides``."""
-    cfg = deep_merge(parent, {"train": {"total_kimg": _DEFAULT_DERIVED_KIMG}, "optim": {"warmup_kimg": 0}})
+    cfg = deep_merge(parent, {"train": {"total_kimg": DEFAULT_DERIVED_KIMG}, "optim": {"warmup_kimg": 0}})
     return apply_dotted(deep_merge(cfg, delta), check_overrides(spec.get("overrides"), where))
 
 

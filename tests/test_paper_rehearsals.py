@@ -1,0 +1,89 @@
+"""The three paper configs rehearsed end to end through Snakemake, as a user would before
+submitting them: `python -m timestep_lab rehearse config/<study>.yaml --fast-features` in a fresh
+copy of the repo (fake data in the true on-disk formats, a random pretrained reference in its
+format, the random rehearsal-cnn for the metrics). The cluster rehearsal (through the SLURM
+profile) is the `cluster_rehearsal` fixture's, checked in tests/test_slurm.py with the
+assertions below (`check_rehearsal`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from worktree import children_cpu_s, copy_worktree, study_env
+
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
+
+REPORTS = ("sampler_comparison", "schedules", "loss_profile", "slot_finetune", "batch_size",
+           "timestep_contribution", "prediction_types", "consistency")
+FORMATS = {"cifar10": "diffusers", "celebahq": "diffusers", "imagenet": "guided_diffusion"}
+
+
+def check_rehearsal(root: Path, name: str) -> None:
+    """Everything a finished rehearsal of config/<name>.yaml must show: every report and the
+    index (with its banner), a verdict per claim with paired intervals, the pretrained reference
+    scored in its format and never trained, the contribution analysis, nothing beside the real
+    data, and every number labelled a rehearsal's."""
+    from timestep_lab.samples_file import load_samples
+    from timestep_lab.verdicts import CLAIMS
+
+    study = f"{name}-rehearsal"
+    res, rep, logs = root / "results" / study, root / "reports" / study, root / "logs" / study
+    index = (rep / "index.html").read_text()
+    assert "REHEARSAL, NOT A RESULT" in index and f"config/{name}.yaml" in index
+    for report in REPORTS:
+        page = (rep / f"{report}.html").read_text(errors="replace")
+        assert "data:image/png" in page and "Traceback" not in page, report
+        assert "REHEARSAL, NOT A RESULT" in page, report  # every page says so
+        assert f"{report}.html" in index
+    claims = {c["id"]: c for c in json.loads((res / "verdicts.json").read_text())["claims"]}
+    assert [c.id for c in CLAIMS] == list(claims)
+    for claim in ("speed_faster", "adaptive_faster", "clts_faster"):  # two paired seeds: a difference and its interval
+        c = claims[claim]
+        assert c["verdict"] != "not run" and c["n"] == 2 and c["ci_low"] <= c["diff"] <= c["ci_high"], c
+    metrics = pd.read_csv(res / "metrics.csv")
+    assert set(metrics["feature_extractor"]) == {"rehearsal-cnn"}
+    assert set(metrics["label"]) <= {"FID (rehearsal stand-in features)", "KID (rehearsal stand-in features)",
+                                     "KID std (rehearsal stand-in features)", "Precision (rehearsal stand-in features)",
+                                     "Recall (rehearsal stand-in features)"}
+    runs = pd.read_csv(res / "runs.csv")
+    assert (runs.loc[runs["groups"].notna(), "status"] == "ok").all()
+    # the pretrained reference: scored and sampled in its own format, never trained
+    _, _, meta = load_samples(res / "runs" / "reference" / "samples.npz")
+    assert meta["model_format"] == FORMATS[name] and meta["nimg"] is None
+    assert not (logs / "train" / "reference.log").exists() and not (res / "runs" / "reference" / "model.pt").exists()
+    for label in ("none", "t1-500", "t500-1000", "t10-100", "t100-500", "t1-10"):
+        m = json.loads((res / "analyses" / "contribution" / label / "metrics.json").read_text())
+        assert m["label"] == "FID (rehearsal stand-in features)" and "nimg" not in m, label
+    # its data: fake, prepared beside the rehearsal's stand-ins, never into data/prepared
+    assert list((root / "rehearsal" / name / "prepared").glob("*/manifest.json"))
+    assert not (root / "data" / "prepared").exists()
+
+
+# celebahq: the real run's estimate too (~17 CPU-s: the FLOPs of its networks); imagenet without
+@pytest.mark.parametrize("name, estimate", [("celebahq", True), ("imagenet", False)])
+def test_paper_config_rehearses_end_to_end(name, estimate, tmp_path):
+    root = copy_worktree(tmp_path / "repo")
+    cpu0, t0 = children_cpu_s(), time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "timestep_lab", "rehearse", f"config/{name}.yaml", "--fast-features",
+                        *([] if estimate else ["--no-estimate"])], cwd=root, env=study_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    wall, cpu = time.monotonic() - t0, children_cpu_s() - cpu0
+    assert r.returncode == 0, r.stdout[-6000:]
+    out = r.stdout
+    assert f"rehearsal of config/{name}.yaml passed" in out
+    needs = out.split("that the rehearsal stood in for:", 1)[1]
+    assert re.search(r"data: data/raw/\S+ \(\w+, MISSING\)", needs)
+    assert "weights-inception-2015-12-05-6726825d.pth (MISSING)" in needs
+    assert f"({FORMATS[name]} format, MISSING)" in needs
+    assert "GPU(s) per training job" in needs
+    assert ("GPU-hours" in needs) == estimate  # the estimate's total
+    check_rehearsal(root, name)
+    print(f"rehearsal of config/{name}.yaml: {wall:.0f} s wall, {cpu:.0f} CPU-s (rehearse + snakemake + jobs)")
