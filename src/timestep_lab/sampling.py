@@ -41,7 +41,7 @@ from timestep_lab.io import atomic_path
 from timestep_lab.predictions import MixedPrediction, Prediction
 from timestep_lab.samples_file import load_samples, save_samples
 
-__all__ = ["StackedGenerator", "respaced_timesteps", "Denoiser", "reverse_loop", "sample_images",
+__all__ = ["StackedGenerator", "SPACINGS", "respaced_timesteps", "Denoiser", "Chain", "reverse_step", "reverse_loop", "sample_images",
            "GroundTruth", "save_grid", "save_samples", "load_samples", "generate"]
 
 
@@ -52,6 +52,15 @@ class StackedGenerator:
     def __init__(self, seeds: list[int] | Tensor, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
         self.gens = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
+
+    def clone(self) -> "StackedGenerator":
+        """An independent copy at the same point of every row's stream (its next draws equal this one's)."""
+        out = StackedGenerator([], self.device)
+        for g in self.gens:
+            c = torch.Generator(device=self.device)
+            c.set_state(g.get_state())
+            out.gens.append(c)
+        return out
 
     def randn(self, shape: tuple[int, ...], to: torch.device | str | None = None) -> Tensor:
         """``[B, *shape]`` standard normal, row i from generator i; moved to ``to`` if given. From
@@ -66,16 +75,24 @@ class StackedGenerator:
         return out.to(to, non_blocking=True)
 
 
-def respaced_timesteps(T: int, steps: int | None) -> Tensor:
-    """``steps`` evenly spaced original timesteps in ``[0, T-1]`` (all T when ``steps`` is None),
-    increasing, always including 0 and T-1."""
+SPACINGS = ("uniform", "quadratic")
+
+
+def respaced_timesteps(T: int, steps: int | None, spacing: str = "uniform") -> Tensor:
+    """``steps`` original timesteps in ``[0, T-1]`` (all T when ``steps`` is None), increasing,
+    always including 0 and T-1: evenly spaced (``uniform``), or ``quadratic``,
+    ``round((i / (steps-1))^2 (T-1))`` (DDIM's "quad" skip, dense near t = 0), duplicates removed
+    (so a quadratic chain can hold a few fewer than ``steps``)."""
+    if spacing not in SPACINGS:
+        raise ValueError(f"spacing must be one of {', '.join(SPACINGS)}, got {spacing!r}")
     if steps is None or steps >= T:
         return torch.arange(T)
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if steps == 1:
         return torch.tensor([T - 1])
-    return torch.unique(torch.round(torch.linspace(0, T - 1, steps, dtype=torch.float64)).long())
+    u = torch.linspace(0, 1, steps, dtype=torch.float64)
+    return torch.unique(torch.round((u if spacing == "uniform" else u * u) * (T - 1)).long())
 
 
 @dataclass
@@ -112,40 +129,70 @@ class GroundTruth:
     hi: int
 
 
+@dataclass
+class Chain:
+    """The respaced reverse chain: ``used [S]`` original timesteps (increasing; step ``i`` denoises
+    at ``used[i]``, the last step is ``i = 0``), ``ab [S]`` their alpha-bar and ``sub`` the respaced
+    process (indices ``0..S-1``)."""
+
+    used: Tensor
+    ab: Tensor
+    sub: GaussianDiffusion
+
+    @classmethod
+    def of(cls, diffusion: GaussianDiffusion, steps: int | None, spacing: str = "uniform") -> "Chain":
+        used = respaced_timesteps(diffusion.T, steps, spacing)
+        ab = diffusion.alpha_bar[used]
+        return cls(used, ab, GaussianDiffusion(ab, diffusion.variance))
+
+    def __len__(self) -> int:
+        return len(self.used)
+
+
+@torch.no_grad()
+def reverse_step(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: GaussianDiffusion,
+                 chain: Chain, i: int, x: Tensor, noise: StackedGenerator, *, method: str = "ddpm", eta: float = 1.0,
+                 gt: GroundTruth | None = None) -> Tensor:
+    """One reverse step ``x_{used[i]} -> x_{used[i-1]}`` (``x_0`` at ``i = 0``) of ``x [B, *shape]``;
+    draws the step's noise from ``noise`` (none at ``i = 0``). Inside ``gt``'s range the true x0
+    replaces the prediction and the network is not called."""
+    B, device = x.shape[0], x.device
+    t_orig = torch.full((B,), int(chain.used[i]), device=device, dtype=torch.long)
+    if gt is not None and gt.lo <= int(chain.used[i]) <= gt.hi:
+        x0_hat = gt.x0.to(device)
+        eps_hat = diffusion.eps_from_x0(x, t_orig, x0_hat)
+    else:
+        x0_hat, eps_hat = denoise(x, t_orig)
+    s = torch.full((B,), i, device=device, dtype=torch.long)
+    z = noise.randn(tuple(x.shape[1:]), to=device) if i > 0 else None
+    if method == "ddpm":
+        mean, logvar = chain.sub.p_mean_logvar(x0_hat, x, s)
+        return mean if z is None else mean + torch.exp(0.5 * logvar) * z
+    a, a_prev = float(chain.ab[i]), float(chain.ab[i - 1]) if i > 0 else 1.0
+    sigma = eta * ((1 - a_prev) / (1 - a)) ** 0.5 * (1 - a / a_prev) ** 0.5
+    x = a_prev**0.5 * x0_hat + max(1 - a_prev - sigma**2, 0.0) ** 0.5 * eps_hat
+    if z is not None and sigma > 0:
+        x = x + sigma * z
+    return x
+
+
 @torch.no_grad()
 def reverse_loop(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: GaussianDiffusion,
                  noise: StackedGenerator, shape: tuple[int, ...], *, method: str = "ddpm", steps: int | None = None,
                  eta: float = 1.0, gt: GroundTruth | None = None, device: torch.device | str = "cpu",
-                 on_step: Callable[[int], None] | None = None) -> Tensor:
+                 on_step: Callable[[int], None] | None = None, spacing: str = "uniform") -> Tensor:
     """Run the reverse process for one batch; returns x_0 as float ``[B, *shape]`` in about [-1, 1].
 
-    ``noise`` supplies the initial x_T and every step's noise, per sample.
+    ``noise`` supplies the initial x_T and every step's noise, per sample; ``spacing`` places the
+    ``steps`` (:func:`respaced_timesteps`).
     """
     if method not in ("ddpm", "ddim"):
         raise ValueError(f"method must be ddpm or ddim, got {method!r}")
     device = torch.device(device)
-    used = respaced_timesteps(diffusion.T, steps)
-    ab = diffusion.alpha_bar[used]
-    sub = GaussianDiffusion(ab, diffusion.variance)  # the respaced process, indices 0..len(used)-1
+    chain = Chain.of(diffusion, steps, spacing)
     x = noise.randn(shape, to=device)
-    B = x.shape[0]
-    for i in reversed(range(len(used))):
-        t_orig = torch.full((B,), int(used[i]), device=device, dtype=torch.long)
-        x0_hat, eps_hat = denoise(x, t_orig)
-        if gt is not None and gt.lo <= int(used[i]) <= gt.hi:
-            x0_hat = gt.x0.to(device)
-            eps_hat = diffusion.eps_from_x0(x, t_orig, x0_hat)
-        s = torch.full((B,), i, device=device, dtype=torch.long)
-        z = noise.randn(shape, to=device) if i > 0 else None
-        if method == "ddpm":
-            mean, logvar = sub.p_mean_logvar(x0_hat, x, s)
-            x = mean if z is None else mean + torch.exp(0.5 * logvar) * z
-        else:
-            a, a_prev = float(ab[i]), float(ab[i - 1]) if i > 0 else 1.0
-            sigma = eta * ((1 - a_prev) / (1 - a)) ** 0.5 * (1 - a / a_prev) ** 0.5
-            x = a_prev**0.5 * x0_hat + max(1 - a_prev - sigma**2, 0.0) ** 0.5 * eps_hat
-            if z is not None and sigma > 0:
-                x = x + sigma * z
+    for i in reversed(range(len(chain))):
+        x = reverse_step(denoise, diffusion, chain, i, x, noise, method=method, eta=eta, gt=gt)
         if on_step is not None:
             on_step(i)
     return x
