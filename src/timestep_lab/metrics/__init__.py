@@ -27,7 +27,7 @@ from timestep_lab.metrics.reference import (
     load_reference,
     reference_subset,
 )
-from timestep_lab.metrics.score import METRICS_FORMAT, evaluate_file, evaluate_samples
+from timestep_lab.metrics.score import METRICS_FORMAT, bootstrap_fid, evaluate_file, evaluate_samples, sample_features
 
 __all__ = [
     "reference_subset",
@@ -35,5 +35,5 @@ __all__ = [
     "WeightsMissingError", "FeatureExtractorSpec", "Reference", "frechet_distance",
     "load_feature_extractor", "compute_reference", "load_reference", "evaluate_samples", "evaluate_file",
     "tool_versions", "torch_fidelity_metrics", "clean_fid_metrics", "TorchFidelityDigitsCNN", "CleanFidDigitsCNN",
-    "keep_pixels",
+    "keep_pixels", "sample_features", "bootstrap_fid",
 ]
