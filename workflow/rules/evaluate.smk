@@ -91,7 +91,9 @@ rule evaluate_progress:
         f"{RES}/runs/{{run}}/fid_progress.json",
     params:
         weights=weights_arg(),
-        sets=eval_sample_overrides(config["evaluation"]["progress_num_samples"]),
+        sets=eval_sample_overrides(config["evaluation"]["progress_num_samples"])
+        + ([] if config["evaluation"].get("progress_kid_pr", True)
+           else ["--set", "eval.kid=false", "--set", "eval.precision_recall=false"]),
     log:
         f"{LOGS}/evaluate_progress/{{run}}.log",
     benchmark:
