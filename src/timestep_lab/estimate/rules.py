@@ -15,7 +15,9 @@ pulls in, :func:`rule_costs` counts over the same run lists the rule is expanded
 * ``profile_losses`` / ``profile_predictions``: ``num_images`` forwards per profiled timestep
   (``range(0, T, stride)`` plus T-1) per model, plus ``grad_samples`` forward + backward passes
   at each of ``grad_timesteps`` timesteps for the reference.
-* ``sample_score_contribution``: one sampling + scoring job per t range.
+* ``contribution``: one job; every arm forks from one chain, so the network runs once per chain
+  step above the lowest range and once per step below each range (:meth:`Plan.contribution_evaluations`).
+* ``optimal_profile``: the closed-form optimal denoiser on the profile bank (no network).
 * CPU-only bookkeeping rules (run configs, collection, slots, reports) count jobs only.
 
 It counts work; it knows nothing of devices, rates or prices (see ``throughput``/``table``).
@@ -193,13 +195,26 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     if plan.finetune_runs() and plan.control_runs():
         out.append(RuleCost("interference_control", 1, False))
 
+    if plan.optimal_profile():
+        opt = RuleCost("optimal_profile", 1, False, notes=["closed form: N_train x D per bank image and t (CPU)"])
+        out.insert(next(i for i, r in enumerate(out) if r.rule == "slots"), opt)
+
     labels = plan.contribution_labels()
-    n_contrib = int(((plan.study.get("analyses") or {}).get("timestep_contribution") or {}).get("num_samples", 500))
-    contrib = RuleCost("sample_score_contribution", len(labels), gpu)
-    for _ in labels:
-        c.sampling(contrib, "reference", n_contrib, keep=True)
-        c.features(contrib, n_contrib)
-    out += [contrib, RuleCost("posterior", 1, False)]
+    if labels:  # "none" and "final" at least
+        contrib = RuleCost("contribution", 1, gpu)
+        spec = (plan.study.get("analyses") or {}).get("timestep_contribution") or {}
+        n_contrib = int(spec.get("num_samples", 500))
+        evals = plan.contribution_evaluations()
+        net = c.net("reference")
+        contrib.images_sampled += n_contrib * len(labels)
+        contrib.evaluations += n_contrib * evals
+        contrib.work.append(Work(net.key, net.forward, n_contrib * evals, "forward"))
+        contrib.disk_bytes += n_contrib * len(labels) * c.img_bytes
+        c.features(contrib, 2 * n_contrib * len(labels))  # scoring and the bootstrap's features
+        contrib.notes.append(f"{len(labels)} arms forked from one {len(plan.contribution_chain())}-step chain: "
+                             f"{evals} network evaluations per sample")
+        out.append(contrib)
+    out.append(RuleCost("posterior", 1, False))
 
     pred = RuleCost("profile_predictions", 1, gpu)
     for rid in plan.prediction_runs():

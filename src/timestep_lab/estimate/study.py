@@ -21,6 +21,7 @@ import jsonschema
 
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError, config_from_dict, load_yaml
+from timestep_lab.timeranges import chain_timesteps
 from timestep_lab.workflow import Run, check_spelling, contribution_ranges, study_runs
 
 __all__ = ["Plan", "load_plan", "plan_from_dict", "DATASETS", "schema_path"]
@@ -106,7 +107,8 @@ class Plan:
         return [r for r, run in self.runs.items() if run.extra.get("control")]
 
     def profiled_runs(self) -> list[str]:
-        """``profile_losses`` jobs: the reference, the slot fine-tunes, their controls and the batch-size runs."""
+        """``profile_losses`` jobs: the reference, the slot fine-tunes, their controls and the batch-size runs
+        (the toward-t=0 retraining and its uniform continuation included)."""
         out = ["reference", *self.finetune_runs(), *self.control_runs(), *self.group_runs("batch_size")]
         return list(dict.fromkeys(out))
 
@@ -126,13 +128,29 @@ class Plan:
     def contribution_labels(self) -> list[str]:
         return list(contribution_ranges(self.study))
 
+    def contribution_chain(self) -> list[int]:
+        """The original timesteps of the contribution analysis' chain."""
+        T = int(((self.study.get("base") or {}).get("diffusion") or {}).get("num_timesteps", 1000))
+        sample = ((self.study.get("analyses") or {}).get("timestep_contribution") or {}).get("sample") or {}
+        return chain_timesteps(T, sample.get("steps"), sample.get("spacing", "uniform"))
+
+    def contribution_evaluations(self) -> int:
+        """Network evaluations per sample of the contribution job: the whole chain once ("none"),
+        plus every step below each replaced range (a replaced step needs no network)."""
+        used = self.contribution_chain()
+        ranges = [r for r in contribution_ranges(self.study).values() if r is not None]
+        return len(used) + sum(sum(u < lo for u in used) for lo, _ in ranges)
+
+    def optimal_profile(self) -> bool:
+        return bool(((self.study.get("analyses") or {}).get("loss_profile") or {}).get("optimal"))
+
     def prepared_splits(self) -> list[str]:
         """Splits ``prepare_data`` writes: the train split, and the test split when a rule reads it."""
         data = self.study["data"]
         splits = [data["train_split"]]
         if self.evaluation["extractor"] == "digits-cnn":  # train_features reads the test split
             splits.append(data.get("test_split") or "test")
-        splits.append(data.get("test_split") or data["train_split"])  # sample_score_contribution's ground truth
+        splits.append(data.get("test_split") or data["train_split"])  # the contribution analysis' ground truth
         return list(dict.fromkeys(splits))
 
     def image_shape(self) -> tuple[int, int]:
