@@ -242,8 +242,9 @@ CLAIMS: tuple[Claim, ...] = (
     # 2502.01990 Sec. 1 / Fig. 1: with a small batch and proportionally more steps (the same
     # number of samples per timestep) "the final model achieves a poor performance": FID goes up
     Claim("small_batch", SEED, "a small batch trains worse than a large one at equal images seen",
-          # the plain small-batch run, not its retraining toward t = 0 (also batch-sized small)
-          group="batch_size", arm={"batch_size": "{smallest}", "arm!~": "toward_zero"}, baseline={"batch_size": "{base}"},
+          # the plain small-batch run, not its retraining toward t = 0 nor its uniform continuation (batch-sized small too)
+          group="batch_size", arm={"batch_size": "{smallest}", "arm!~": ["toward_zero", "_from-"]},
+          baseline={"batch_size": "{base}"},
           expected_sign=+1, needs="groups.batch_size with two batch sizes"),
     Claim("slot_interference", SEED, "fine-tuning one slot raises the other slots' loss more than "
           "fine-tuning on uniform t does", kind="analysis", analysis="interference", expected_sign=+1,

@@ -76,6 +76,8 @@ def _slots_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=Path, required=True, help="profile JSON (from `profile`)")
     p.add_argument("--n-slots", type=int, default=10)
     p.add_argument("--key", default="eps_mse", help="which per-t loss to split (eps_mse, vlb_bpd, ...)")
+    p.add_argument("--optimal", type=Path, default=None,
+                   help="the optimal denoiser's profile (`optimal-profile`): also split the excess loss")
     p.add_argument("--out", type=Path, required=True)
 
 
@@ -88,12 +90,23 @@ def cmd_slots(args: argparse.Namespace) -> int:
     loss = profile_per_t(prof, args.key)
     slots = equal_loss_slots(loss, args.n_slots)
     T = int(prof["T"])
-    atomic_write_json(args.out, {
+    out = {
         "profile": str(args.profile), "key": args.key, "T": T, "n_slots": args.n_slots,
         "slots": [list(s) for s in slots], "sums": slot_sums(loss, slots), "total": float(loss.sum()),
         "paper_slots": [list(s) for s in PAPER_SLOTS],
         "paper_slots_scaled": [list(s) for s in scale_slots(PAPER_SLOTS, 1000, T)] if T != 1000 else None,
-    })
+    }
+    if args.optimal is not None:  # the same split of the loss above the optimal denoiser's (docs/methods.md 3.1)
+        opt = load_profile(args.optimal)
+        if opt["timesteps"] != prof["timesteps"] or opt.get("seed") != prof.get("seed") or \
+                opt.get("num_images") != prof.get("num_images"):
+            raise ConfigError(f"--optimal {args.optimal}: not measured on the bank and timesteps of {args.profile}")
+        excess = (loss - profile_per_t(opt, args.key)).clip(min=0.0)
+        ex_slots = equal_loss_slots(excess, args.n_slots)
+        out["excess"] = {"key": f"{args.key} - optimal {args.key} (clipped at 0)", "optimal": str(args.optimal),
+                         "slots": [list(s) for s in ex_slots], "sums": slot_sums(excess, ex_slots),
+                         "total": float(excess.sum()), "share_of_total": float(excess.sum() / max(loss.sum(), 1e-300))}
+    atomic_write_json(args.out, out)
     log.info("slots: %s", " ".join(f"[{a},{b}]" for a, b in slots))
     return 0
 
@@ -159,6 +172,7 @@ def cmd_interference_control(args: argparse.Namespace) -> int:
 
 def _predictions_profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", nargs="+", required=True, metavar="NAME=MODEL", help="e.g. eps=runs/a/model.pt")
+    p.add_argument("--optimal", type=Path, default=None, help="the optimal denoiser's profile: adds the excess x0 error")
     p.add_argument("--out", type=Path, required=True)
     _bank_args(p)
     runtime_args(p)
@@ -180,6 +194,15 @@ def cmd_predictions_profile(args: argparse.Namespace) -> int:
         diffusion = diffusion or m.diffusion
     result = x0_error_profile(models, diffusion, PreparedData(args.data).images, num_images=args.num_images,
                               stride=args.stride, seed=args.seed, batch_size=args.batch_size, device=dev)
+    if args.optimal is not None:
+        from timestep_lab.studies import load_profile
+
+        opt = load_profile(args.optimal)
+        if opt["timesteps"] != result["timesteps"] or opt.get("seed") != result["seed"] or \
+                opt.get("num_images") != result["num_images"]:
+            raise ConfigError(f"--optimal {args.optimal}: not measured on this bank and these timesteps")
+        result["optimal_x0_mse"] = opt["x0_mse"]
+        result["x0_excess"] = {k: [m - o for m, o in zip(v, opt["x0_mse"])] for k, v in result["x0_mse"].items()}
     atomic_write_json(args.out, result)
     return 0
 
@@ -309,7 +332,7 @@ def _contribution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, required=True, help="the reference model")
     p.add_argument("--format", default="timestep_lab", choices=FORMATS)
     p.add_argument("--gt-data", type=Path, required=True, help="prepared held-out images (sample i gets image i)")
-    p.add_argument("--ranges", type=int, nargs="+", required=True, help="paper ranges LO HI LO HI ... (1-based, T = 1000)")
+    p.add_argument("--ranges", type=int, nargs="*", default=[], help="paper ranges LO HI LO HI ... (1-based, T = 1000)")
     p.add_argument("--num-samples", type=int, required=True)
     p.add_argument("--method", default="ddpm", choices=("ddpm", "ddim"))
     p.add_argument("--steps", default=None, type=lambda v: None if v in ("null", "None", "") else int(v),
