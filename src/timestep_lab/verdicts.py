@@ -252,9 +252,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("same_noise_same_image", CONSISTENCY, "models trained from different seeds map the same noise to "
           "close images (paired distance below unpaired)", kind="analysis", analysis="consistency",
           expected_sign=-1, needs="groups.consistency and analyses.consistency"),
-    Claim("table1_pretrained", SEED, "Table 1: slot fine-tuning of the ImageNet-64 guided-diffusion model",
+    Claim("table1_pretrained", SEED, "Table 1: slot fine-tuning of the guided-diffusion ImageNet-256 model (Sec. 2.1)",
           kind="analysis", analysis="table1",
-          needs="the guided-diffusion ImageNet-64 checkpoint as reference.pretrained (config/imagenet.yaml)"),
+          needs="the guided-diffusion ImageNet-256 unconditional checkpoint as reference.pretrained (config/imagenet.yaml)"),
 )
 
 
