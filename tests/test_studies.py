@@ -511,3 +511,25 @@ def test_consistency_test_counts_models_and_separates_the_shared_solution():
     # the jackknife: leaving one model out of 3 leaves one pair; known answer
     jk = jackknife_over_models(["a", "b", "c"], {("a", "b"): 1.0, ("a", "c"): 2.0, ("b", "c"): 3.0})
     assert jk["diff"] == pytest.approx(2.0) and jk["se"] == pytest.approx(math.sqrt(2 / 3 * 2.0))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # clean-fid passes scipy's deprecated disp=
+def test_bootstrap_fid_is_paired_and_centred_on_the_full_sample():
+    from types import SimpleNamespace
+
+    from cleanfid.fid import frechet_distance
+
+    from timestep_lab.metrics import bootstrap_fid
+
+    rng = np.random.default_rng(0)
+    ref = SimpleNamespace(arrays={"tf_mu": np.zeros(4), "tf_sigma": np.eye(4)})
+    a = rng.normal(0.5, 1.0, (300, 4))
+    b = a + rng.normal(0.0, 0.05, a.shape)  # nearly the same samples: a paired difference is tight
+    res = bootstrap_fid({"a": a, "b": b, "c": a}, ref, replicates=60, seed=1)
+    fa = res["fid"]["a"]
+    assert fa["value"] == pytest.approx(frechet_distance(a.mean(0), np.cov(a, rowvar=False), np.zeros(4), np.eye(4)))
+    assert fa["ci"][0] <= fa["value"] <= fa["ci"][1] and fa["bias"] > 0  # resampling inflates FID
+    assert res["diff"]["a-c"] == {"value": 0.0, "ci": [0.0, 0.0], "sd": 0.0, "bias": 0.0}  # identical sets
+    width = lambda d: d["ci"][1] - d["ci"][0]  # noqa: E731
+    assert width(res["diff"]["b-a"]) < 0.5 * width(fa)  # pairing removes the shared sampling noise
+    assert res["n"] == 300 and res["replicates"] == 60

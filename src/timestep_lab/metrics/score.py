@@ -159,7 +159,7 @@ def bootstrap_fid(features: dict[str, np.ndarray], reference: str | Path | Refer
     """
     from cleanfid.fid import frechet_distance  # clean-fid's own Fréchet distance: the library computes it
 
-    ref = reference if isinstance(reference, Reference) else load_reference(reference)
+    ref = load_reference(reference) if isinstance(reference, (str, Path)) else reference  # or anything with arrays
     mu_r, sigma_r = np.asarray(ref.arrays["tf_mu"], np.float64), np.asarray(ref.arrays["tf_sigma"], np.float64)
     names = list(features)
     n = {len(f) for f in features.values()}
