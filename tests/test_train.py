@@ -231,3 +231,18 @@ def test_snapshots_closer_than_one_kimg_do_not_collide(digits_dir, tmp_path):
     assert [p.name for p in snaps] == [snapshot_name(n) for n in (160, 320, 480, 640)]
     assert [load_torch(p)["nimg"] for p in snaps] == [160, 320, 480, 640]  # consumers read nimg from metadata
     assert snapshot_name(1_500) < snapshot_name(12_000) < snapshot_name(100_000_000)  # names sort by images seen
+
+
+def test_mixed_snapshots_carry_their_head_table_and_sample(digits_dir, tmp_path):
+    """A mixed model's snapshot is sampled like model.pt (its own measured per-t head table), so
+    its FID can be followed during training."""
+    from timestep_lab.checkpoints import load_for_inference
+
+    cfg = tiny_config(digits_dir, diffusion={"num_timesteps": 100, "prediction": "mixed"},
+                      train={"total_kimg": 0.32, "snapshot_every_kimg": 0.16})
+    train(cfg, tmp_path / "run", progress=False)
+    snap = sorted((tmp_path / "run" / "snapshots").glob("snapshot-*.pt"))[0]
+    obj = load_torch(snap)
+    assert obj["mixed_head_per_t"].shape == (100,) and obj["mixed_head_errors"].shape == (3, 100)
+    loaded = load_for_inference(snap)  # no "mixed model without a measured per-t head table"
+    assert loaded.prediction.head_per_t.tolist() == obj["mixed_head_per_t"].tolist()
