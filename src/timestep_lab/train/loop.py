@@ -57,7 +57,7 @@ __all__ = ["TrainResult", "train"]
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_HEAD_IMAGES = 64  # bank images of a mixed model's per-snapshot head table (model.pt: 256)
+SNAPSHOT_HEAD_IMAGES = 64  # bank images of a mixed model's per-snapshot head table (model.pt: 256, every T/100-th t)
 
 
 @dataclass
@@ -155,10 +155,12 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
 
     def _snapshot_heads(ema_weights: dict) -> tuple[Tensor, Tensor]:
         """The per-t inference head of the EMA weights, measured as for model.pt on a quarter of its
-        bank (64 images: the table only picks the head per t, and a snapshot is scored on 200 samples)."""
+        bank at a fifth of its timesteps (64 images, every T/20-th t: the table only picks the head
+        per t, and a snapshot is scored on fewer samples than model.pt)."""
         ema_net = build_model(cfg, data.resolution, data.channels).to(device)
         ema_net.load_state_dict(ema_weights)
-        return mixed_head_profile(ema_net, diffusion, prediction, loader, device, n_images=SNAPSHOT_HEAD_IMAGES)
+        return mixed_head_profile(ema_net, diffusion, prediction, loader, device, n_images=SNAPSHOT_HEAD_IMAGES,
+                                  stride=max(1, diffusion.T // 20))
 
     def write_log(lr: float, beta1: float) -> dict:
         sums = torch.cat([acc.loss.view(1), acc.loss_raw.view(1), acc.grad_norm.view(1) / world.size, acc.bin_sum,
