@@ -77,7 +77,9 @@ models = sorted({name(r) for r in runs.index}, key=lambda m: (RETRAINED in m or 
 display(Markdown("**What ran.** " + "; ".join(
     f"{m}: seed{'s' if len(sd) != 1 else ''} {', '.join(map(str, sd))}" for m, sd in
     ((m, sorted(int(runs.loc[r, 'seed']) for r in runs.index if name(r) == m)) for m in models))
-    + (f". Retraining and control: {runs.loc[[r for r in runs.index if name(r).endswith((RETRAINED, CONTROL))], 'nimg'].max() / 1000 - runs.loc[plain, 'nimg'].max() / 1000:.3g} extra kimg each."
+    + (f". The retraining and its control each continue the small-batch run of their seed for "
+       f"{runs.loc[[r for r in runs.index if name(r).endswith((RETRAINED, CONTROL))], 'nimg'].max() / 1000:.3g} "
+       "kimg more (their own images seen, below)."
        if any(RETRAINED in m for m in models) else ".")))
 study.show_failed()
 
