@@ -18,12 +18,19 @@
 # at timesteps near 0. Retraining the small-batch model with a sampler that favours t near 0
 # (`toward_zero`, Fig. 1d) lowers those losses but makes the losses near T worse (Fig. 1e-f).
 #
+# Equal images at a smaller batch also mean proportionally more optimizer steps, so FID is shown
+# against steps and wall-clock beside images. The retraining adds images of its own; the same
+# continuation on uniform t, when the study runs it, is its control: what the extra images do
+# without favouring t near 0.
+#
 # How we measure it, and where we deviate from the papers: `docs/methods.md#batch-size`.
 
 # %% tags=["parameters"]
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
 profiles = ""
+optimal = ""
+summary = "results/digits/summary.json"
 verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 group = "batch_size"
@@ -37,89 +44,164 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
+from timestep_lab.reporting.curves import (paired_differences, per_seed_table, plot_paired_differences, plot_progress,
+                                          progress_table)
 from timestep_lab.reporting.notebook import load_study, setup, show_verdicts
+from timestep_lab.reporting.regime import show_regime
 
 setup()
 show_verdicts(verdicts, ["small_batch"])
 study = load_study(group, metrics_csv, runs_csv)
 runs, label = study.runs.set_index("run"), study.label
-fid = study.fid("final", "torch-fidelity").set_index("run")["value"]
+fid = study.fid("final", study.tool).set_index("run")["value"]
 profs = {Path(p).stem: read_json(p) for p in profiles.split(",") if p}
+opt = read_json(optimal) if optimal and Path(optimal).is_file() else None
+RETRAINED, CONTROL = "retrained toward t=0", "continued on uniform t"
 
 
-def name(run: str) -> str:
-    r = runs.loc[run] if run in runs.index else None
-    if run.startswith("toward_zero"):
-        return "small batch, retrained toward t=0"
-    return f"batch {int(r['batch_size'])}" if r is not None else run
+def name(r) -> str:
+    """A run's model: its batch size, or the small-batch model's retraining / its control."""
+    rid = r.name if isinstance(r, pd.Series) else r
+    batch = int(runs.loc[rid, "batch_size"]) if rid in runs.index else None
+    if rid.startswith("toward_zero_from-"):
+        return f"batch {batch}, {RETRAINED}"
+    if rid.startswith("uniform_from-"):
+        return f"batch {batch}, {CONTROL}"
+    return f"batch {batch}"
 
 
-order = sorted(profs, key=lambda r: (r.startswith("toward_zero"), -runs.loc[r, "batch_size"] if r in runs.index else 0))
+plain = [r for r in runs.index if not r.startswith(("toward_zero_from-", "uniform_from-"))]
+sizes = sorted({int(runs.loc[r, "batch_size"]) for r in plain})
+large, small = (f"batch {sizes[-1]}", f"batch {sizes[0]}") if len(sizes) >= 2 else (None, None)
+models = sorted({name(r) for r in runs.index}, key=lambda m: (RETRAINED in m or CONTROL in m, m))
+display(Markdown("**What ran.** " + "; ".join(
+    f"{m}: seed{'s' if len(sd) != 1 else ''} {', '.join(map(str, sd))}" for m, sd in
+    ((m, sorted(int(runs.loc[r, 'seed']) for r in runs.index if name(r) == m)) for m in models))
+    + (f". The retraining and its control each continue the small-batch run of their seed for "
+       f"{runs.loc[[r for r in runs.index if name(r).endswith((RETRAINED, CONTROL))], 'nimg'].max() / 1000:.3g} "
+       "kimg more (their own images seen, below)."
+       if any(RETRAINED in m for m in models) else ".")))
 study.show_failed()
-# one curve per model (batch size, or the toward-t=0 retraining): the mean over its seeds; every
-# profile uses the same image/noise bank, so the timesteps agree
-models = list(dict.fromkeys(name(r) for r in order))
-curves = {m: np.mean([profs[r]["eps_mse"] for r in order if name(r) == m], axis=0) for m in models}
-steps = {m: next(profs[r]["timesteps"] for r in order if name(r) == m) for m in models}
-seeds = {m: sum(name(r) == m for r in order) for m in models}
-plain = [r for r in order if not r.startswith("toward_zero") and r in runs.index]
-large = name(max(plain, key=lambda r: runs.loc[r, "batch_size"])) if plain else None
-small = [m for m in models if m != large and not m.startswith("small batch, retrained")]
+
+# %% [markdown]
+# ## Loss profile per model (same bank and noise for every model)
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-for m in models:
-    axes[0].plot(steps[m], curves[m], label=f"{m} (mean of {seeds[m]} seed{'s' if seeds[m] > 1 else ''})")
+order = sorted(profs, key=lambda r: (name(r) if r in runs.index else r))
+curves = {m: np.mean([profs[r]["eps_mse"] for r in order if r in runs.index and name(r) == m], axis=0)
+          for m in models if any(r in runs.index and name(r) == m for r in order)}
+steps_t = np.array(next(iter(profs.values()))["timesteps"]) if profs else np.zeros(0)
+nseeds = {m: sum(r in runs.index and name(r) == m for r in order) for m in curves}
+fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
+for m, c in curves.items():
+    axes[0].plot(steps_t, c, label=f"{m} (mean of {nseeds[m]} seed{'s' if nseeds[m] > 1 else ''})")
+if opt is not None and list(opt["timesteps"]) == list(steps_t):
+    axes[0].plot(steps_t, np.maximum(opt["eps_mse"], 1e-8), color="k", lw=1, ls=":", label="optimal denoiser (floor)")
 axes[0].set_yscale("log")
-axes[0].set_xlabel("t")
-axes[0].set_ylabel("eps-MSE (log)")
-axes[0].set_title("loss profile at equal images seen")
-axes[0].legend()
-if large:
-    for m in models:
+axes[0].set_xlabel("t (timestep index, 0 = least noisy)")
+axes[0].set_ylabel("eps-MSE per pixel (log)")
+axes[0].set_title("loss profile", fontsize=9)
+axes[0].legend(fontsize=7)
+if large in curves:
+    for m, c in curves.items():
         if m != large:
-            axes[1].plot(steps[m], curves[m] / curves[large] - 1, label=m)
+            axes[1].plot(steps_t, c / curves[large] - 1, label=m)
     axes[1].axhline(0, color="k", lw=0.8)
-    axes[1].set_xlabel("t")
-    axes[1].set_ylabel(f"relative to {large}")
-    axes[1].set_title("relative loss difference per t")
-    axes[1].legend()
+    axes[1].set_xlabel("t (timestep index)")
+    axes[1].set_ylabel(f"eps-MSE relative to {large} (fraction)")
+    axes[1].set_title("relative loss difference per t", fontsize=9)
+    axes[1].legend(fontsize=7)
 plt.tight_layout()
 plt.show()
 
-# %%
 rows = []
 for run in order:
+    if run not in runs.index:
+        continue
     p = profs[run]
-    eps, T = np.array(p["eps_mse"]), p["T"]
-    t = np.array(p["timesteps"])
-    rows.append({"model": name(run), "run": run, "images seen (kimg)": runs.loc[run, "nimg"] / 1000 if run in runs.index else None,
+    eps, T, t = np.array(p["eps_mse"]), p["T"], np.array(p["timesteps"])
+    rows.append({"model": name(run), "seed": int(runs.loc[run, "seed"]), "images seen (kimg)": runs.loc[run, "nimg"] / 1000,
+                 "optimizer steps": runs.loc[run, "nimg"] / runs.loc[run, "batch_size"],
                  f"final {label}": fid.get(run, np.nan), "eps-MSE, t < T/10": eps[t < T / 10].mean(),
                  "eps-MSE, t > 9T/10": eps[t > 0.9 * T].mean(), "eps-MSE, all t": eps.mean()})
-table = pd.DataFrame(rows).set_index("model")
-display(table.style.format({c: "{:.4g}" for c in table.columns if c != "run"}))
-means = table.drop(columns="run").groupby(level=0, sort=False).mean()  # per model, over its seeds
+table = pd.DataFrame(rows).set_index(["model", "seed"])
+display(Markdown("Every run, straight from the data:"))
+display(table.style.format("{:.4g}"))
+means = table.groupby(level=0, sort=False).mean()
+
+# %% [markdown]
+# ## FID against images seen, optimizer steps and wall-clock
+
+# %%
+prog = progress_table(study, name=name)
+if len(prog):
+    plot_progress(prog, f"{label} ({study.tool})", baseline=large)
+    plt.show()
+else:
+    display(Markdown("_No progress points in this group._"))
+
+# %% [markdown]
+# ## Small against large batch, per seed
+
+# %%
+per_seed = per_seed_table(study, name=name)
+display(per_seed.style.format("{:.2f}", na_rep="–"))
+diffs = paired_differences(per_seed, large) if large else pd.DataFrame()
+if len(diffs) and plot_paired_differences(diffs, label, large) is not None:
+    plt.show()
+
+# %% [markdown]
+# ## Regime: the floor, the long run, and the share of the gap each model closes
+
+# %%
+reg = show_regime(study, metrics_csv, runs_csv, summary, per_seed, large)
 
 # %% [markdown]
 # ## What our numbers show
 
 # %%
 lines = []
-if large and small:
-    s = small[0]
-    fs, fl = means.loc[s, f"final {label}"], means.loc[large, f"final {label}"]
-    lines.append(f"- At equal images seen, {s} reaches {label} {fs:.2f} vs {fl:.2f} for {large} (mean over "
-                 "seeds, descriptive: whether the difference is real is the verdict at the top, paired by seed).")
-    ts, tl = means.loc[s], means.loc[large]
-    lines.append(f"- Near t = 0 the small batch's loss is {ts['eps-MSE, t < T/10'] / tl['eps-MSE, t < T/10']:.2f}x the large batch's; "
-                 f"near T it is {ts['eps-MSE, t > 9T/10'] / tl['eps-MSE, t > 9T/10']:.2f}x (the paper finds the gap mainly near 0).")
-tz = [m for m in models if m.startswith("small batch, retrained")]
-if tz and small:
-    a, b = means.loc[small[0]], means.loc[tz[0]]
-    d0 = b["eps-MSE, t < T/10"] / a["eps-MSE, t < T/10"] - 1
-    dT = b["eps-MSE, t > 9T/10"] / a["eps-MSE, t > 9T/10"] - 1
-    lines.append(f"- Retraining toward t = 0 changed the loss near 0 by {100 * d0:+.1f}% and near T by {100 * dT:+.1f}%"
+if large and small and small in means.index and large in means.index:
+    d = diffs.set_index("arm").loc[small] if small in set(diffs["arm"]) else None
+    if d is not None:
+        ci = f" [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if pd.notna(d["ci_low"]) else " (no interval: one seed)"
+        lines.append(f"- At equal images seen, {small} minus {large} in final {label}: {d['diff']:+.2f}{ci} over "
+                     f"{int(d['n'])} seed{'s' if d['n'] != 1 else ''}; per seed: "
+                     + ", ".join(f"{c.split()[-1]}: {d[c]:+.2f}" for c in d.index if c.startswith("seed ") and pd.notna(d[c]))
+                     + ".")
+    ts, tl = means.loc[small], means.loc[large]
+    lines.append(f"- {small} took {ts['optimizer steps']:.0f} optimizer steps for its {ts['images seen (kimg)']:.3g} kimg, "
+                 f"{large} {tl['optimizer steps']:.0f}: {ts['optimizer steps'] / tl['optimizer steps']:.2g}x the steps "
+                 "(the curves above show FID against both).")
+    lines.append(f"- Near t = 0 the small batch's loss is {ts['eps-MSE, t < T/10'] / tl['eps-MSE, t < T/10']:.2f}x the large "
+                 f"batch's; near T it is {ts['eps-MSE, t > 9T/10'] / tl['eps-MSE, t > 9T/10']:.2f}x (mean over seeds; the "
+                 "paper finds the gap mainly near 0).")
+tz = next((m for m in means.index if RETRAINED in m), None)
+cz = next((m for m in means.index if CONTROL in m), None)
+if tz and small in means.index:
+    tz_seeds = list(table.loc[tz].index)  # the retraining continues these seeds of the small batch only
+    a = table.loc[small].loc[[s for s in tz_seeds if s in table.loc[small].index]].mean()
+    b = means.loc[tz]
+    n_tz = len(tz_seeds)
+    d0, dT = b["eps-MSE, t < T/10"] / a["eps-MSE, t < T/10"] - 1, b["eps-MSE, t > 9T/10"] / a["eps-MSE, t > 9T/10"] - 1
+    lines.append(f"- Retraining toward t = 0 changed the loss near 0 by {100 * d0:+.1f}% and near T by {100 * dT:+.1f}% "
+                 f"against {small} before it (seed{'s' if n_tz != 1 else ''} {', '.join(map(str, tz_seeds))}, "
+                 "no interval)"
                  + ("; losses near T got worse, as in the paper's Fig. 1f." if dT > 0 else
                     "; losses near T did not get worse, unlike the paper's Fig. 1f."))
-    lines.append(f"- {label} of the retrained model: {b[f'final {label}']:.2f} ({small[0]}: {a[f'final {label}']:.2f}).")
+    if cz:
+        c = means.loc[cz]
+        c0, cT = c["eps-MSE, t < T/10"] / a["eps-MSE, t < T/10"] - 1, c["eps-MSE, t > 9T/10"] / a["eps-MSE, t > 9T/10"] - 1
+        lines.append(f"- The same extra images on uniform t changed them by {100 * c0:+.1f}% near 0 and {100 * cT:+.1f}% "
+                     f"near T. Against this control the retraining's effect is {100 * (b['eps-MSE, t < T/10'] / c['eps-MSE, t < T/10'] - 1):+.1f}% "
+                     f"near 0 and {100 * (b['eps-MSE, t > 9T/10'] / c['eps-MSE, t > 9T/10'] - 1):+.1f}% near T.")
+        lines.append(f"- Final {label}, same seed{'s' if n_tz != 1 else ''}: {small} {a[f'final {label}']:.2f}, "
+                     f"retrained {b[f'final {label}']:.2f}, "
+                     f"continued on uniform t {c[f'final {label}']:.2f}: the retraining's FID change "
+                     f"({b[f'final {label}'] - a[f'final {label}']:+.2f}) against the control's "
+                     f"({c[f'final {label}'] - a[f'final {label}']:+.2f}).")
+    else:
+        lines.append(f"- {label} of the retrained model: {b[f'final {label}']:.2f} ({small}: {a[f'final {label}']:.2f}); "
+                     "without a uniform-t continuation (analyses.batch_size.control) the extra images and the sampler "
+                     "cannot be told apart.")
 display(Markdown("\n".join(lines) if lines else "_Not enough runs for conclusions._"))

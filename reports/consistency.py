@@ -17,10 +17,25 @@
 # even different architectures, produce very similar images from the same initial noise. Here
 # models trained from different seeds and one of a different width sample with exactly the same
 # seeds (initial noise and every step's noise). We compare the distance between *paired*
-# samples (same seed) with *unpaired* ones (different seeds). The paper's momentum-decay
-# strategy (reconstruction: Adam's beta1 decays linearly; by default the learning rate is left
-# alone, a second arm adds the SGD-style compensation, docs/methods.md §4.2) is compared with the
-# constant-momentum run of the same seed, paired over seeds.
+# samples (same seed) with *unpaired* ones (different seeds).
+#
+# **The unit is the model.** Pairs of models share models (4 models make 6 pairs), so the pairs
+# are not independent: the test is the mean of `paired - unpaired` over the pairs with a
+# leave-one-model-out jackknife interval (n = models) and a permutation p that permutes each
+# model's sample seeds once for all its pairs.
+#
+# **Same noise, same image, or the same early solution?** Every network first learns the linear
+# (Gaussian) denoiser of its data, and short runs may all still sit near it; models could then
+# agree on a noise because they share that solution, not because of the phenomenon. The control
+# samples the training set's Gaussian denoiser (its mean and covariance) and its optimal
+# denoiser with the same sampler and seeds. If the models are closer to each other than each is
+# to the Gaussian solution, they share more than it. We chose the closed-form denoisers over,
+# say, comparing snapshots across training because they cost no training, are deterministic
+# given the noise, and are exactly the "early solution" hypothesis.
+#
+# The paper's momentum-decay strategy (reconstruction: Adam's beta1 decays linearly; by default
+# the learning rate is left alone, a second arm adds the SGD-style compensation, docs/methods.md
+# §4.2) is compared with the constant-momentum run of the same seed, paired over seeds.
 #
 # How we measure it, and where we deviate from the papers: `docs/methods.md#consistency`.
 
@@ -28,23 +43,30 @@
 consistency = "results/digits/analyses/consistency.json"
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
+summary = "results/digits/summary.json"
 verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 group = "consistency"
 
 # %%
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
+from timestep_lab.reporting.curves import (paired_differences, per_seed_table, plot_paired_differences, plot_progress,
+                                          progress_table)
 from timestep_lab.reporting.notebook import load_study, setup, show_comparisons, show_verdicts
+from timestep_lab.reporting.regime import show_regime
 
 setup()
 show_verdicts(verdicts, ["same_noise_same_image", "momentum_decay", "momentum_decay_compensated"])
 study = load_study(group, metrics_csv, runs_csv)
 res = read_json(consistency)
+models = res.get("models") or list(res["sets"])
 rows = []
 for p in res["pairs"]:
     row = {"a": p["a"], "b": p["b"], "pixel: paired": p["pixel"]["paired"], "pixel: unpaired": p["pixel"]["unpaired"],
@@ -54,12 +76,41 @@ for p in res["pairs"]:
                     "feature ratio": p["feature"]["ratio"]})
     rows.append(row)
 table = pd.DataFrame(rows)
-space = f" (and Euclidean distance in {res['feature_extractor']} feature space)" if res.get("feature_extractor") else ""
-display(Markdown(f"RMS pixel distance in [0, 1] units{space}; ratio = paired / unpaired, lower means more consistent."))
-display(table.style.format({c: "{:.3f}" for c in table.columns if c not in ("a", "b")}))
+display(Markdown(f"**What ran.** {len(models)} models compared ({', '.join(f'`{m}`' for m in models)}), "
+                 f"{res.get('n_samples', '?')} samples each; sampler {res.get('sampler', {}).get('method')} with "
+                 f"{res.get('sampler', {}).get('steps')} steps."))
+display(Markdown("Every pair of models (descriptive): RMS pixel distance in [0, 1] units and Euclidean distance in "
+                 "the study's feature space (" + str(res.get("feature_extractor") or "none") + "); ratio = paired / unpaired, lower means more consistent."))
+display(table.style.format({c: "{:.3f}" for c in table.columns if c not in ("a", "b")}).hide(axis="index"))
+
+# %% [markdown]
+# ## The test over models, and the closed-form controls
 
 # %%
-sets = res["sets"]
+test_rows, ctrl_rows = [], []
+for space in ("pixel", "feature"):
+    sp = res.get(space)
+    if not sp:
+        continue
+    t = sp["test"]
+    ci = f"[{t['ci_low']:+.4g}, {t['ci_high']:+.4g}]" if t.get("ci_low") is not None else "n/a (fewer than 3 models)"
+    test_rows.append({"space": space, "paired (mean)": t["paired"], "unpaired (mean)": t["unpaired"],
+                      "paired - unpaired": t["diff"], "95% CI (jackknife over models)": ci, "n models": t["n"],
+                      "pairs": t["pairs"], "permutation p": t["p"]})
+    for c, v in sp["controls"].items():
+        cl = v["closer_to_each_other"]
+        cci = f"[{cl['ci_low']:+.4g}, {cl['ci_high']:+.4g}]" if cl.get("ci_low") is not None else "n/a"
+        ctrl_rows.append({"space": space, "control": c, "models' paired distance to it (mean)": np.mean(list(v["paired"].values())),
+                          "its paired / unpaired ratio (mean)": np.mean(list(v["ratio"].values())),
+                          "d(a, b) - mean d(model, control)": cl["diff"], "95% CI (jackknife)": cci})
+display(pd.DataFrame(test_rows).set_index("space"))
+if ctrl_rows:
+    display(pd.DataFrame(ctrl_rows).set_index(["space", "control"]))
+else:
+    display(Markdown("_The controls were not sampled in this study (analyses.consistency.controls)._"))
+
+# %%
+sets = dict(res["sets"])
 n_show = 12
 
 
@@ -71,40 +122,44 @@ def strip(images: np.ndarray) -> np.ndarray:
     return np.concatenate(list(np.pad(images, pad, constant_values=255)), axis=1)
 
 
-fig, axes = plt.subplots(len(sets), 1, figsize=(n_show * 0.7, 0.85 * len(sets) + 0.3), squeeze=False)
-for ax, (name, path) in zip(axes[:, 0], sets.items()):
+rows_img = []
+for name, path in sets.items():
     with np.load(path) as z:
-        ax.imshow(strip(z["images"][:n_show]), cmap="gray", vmin=0, vmax=255)
+        rows_img.append((name, z["images"][:n_show]))
+if res.get("controls_file") and Path(res["controls_file"]).is_file():
+    with np.load(res["controls_file"]) as z:
+        rows_img += [(f"control: {k}", z[k][:n_show]) for k in z.files if k != "seeds"]
+fig, axes = plt.subplots(len(rows_img), 1, figsize=(n_show * 0.7, 0.85 * len(rows_img) + 0.3), squeeze=False)
+for ax, (name, imgs) in zip(axes[:, 0], rows_img):
+    ax.imshow(strip(imgs), cmap="gray", vmin=0, vmax=255)
     ax.set_yticks([])
     ax.set_xticks([])
     ax.set_ylabel(name, rotation=0, ha="right", fontsize=7)
-plt.suptitle("the same 12 seeds, one row per model", fontsize=10)
+plt.suptitle(f"the same {n_show} seeds, one row per model (and per closed-form control)", fontsize=10)
 plt.show()
 
 # %% [markdown]
-# ## Momentum decay: FID against images seen
+# ## Momentum decay: FID against images seen, optimizer steps and wall-clock
 
 # %%
 runs = study.runs
-prog, final = study.fid("progress", "torch-fidelity"), study.fid("final", "torch-fidelity")
-md_runs = runs.loc[runs["optim_schedule"] == "momentum_decay", "run"].tolist()
-lines_md = []
-if md_runs:
-    seed = runs.loc[runs["run"].isin(md_runs), "seed"].min()
-    shown = runs[(runs["seed"] == seed) & runs["run"].isin(md_runs)]["run"].tolist()
-    width = runs.loc[runs["run"] == shown[0], "channels"].iloc[0]
-    base = runs[(runs["seed"] == seed) & (runs["optim_schedule"] == "constant") & (runs["channels"] == width)]["run"]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in shown + base.tolist()[:1]:
-        d = prog[prog["run"] == r].sort_values("kimg")
-        lab = "constant momentum" if r in set(base) else ("decay + lr compensation" if "compensate" in r else "beta1 decay")
-        ax.plot(d["kimg"], d["value"], marker="o", label=lab)
-    ax.set_xlabel("images seen (kimg)")
-    ax.set_ylabel("FID (torch-fidelity)")
-    ax.set_yscale("log")
-    ax.set_title(f"seed {seed}")
-    ax.legend()
+
+
+def arm_name(r) -> str:
+    rid = r["run"] if "run" in r else r.name  # a runs.csv row, indexed by run or not
+    if r["optim_schedule"] == "momentum_decay":
+        return "beta1 decay + lr compensation" if "compensate" in rid else "beta1 decay"
+    return f"constant momentum, width {int(r['channels'])}" if pd.notna(r.get("channels")) else "constant momentum"
+
+
+prog = progress_table(study, name=arm_name)
+base_width = runs.loc[runs["optim_schedule"] == "constant", "channels"].min() if len(runs) else None
+baseline = f"constant momentum, width {int(base_width)}" if base_width == base_width and base_width is not None else None
+if len(prog):
+    plot_progress(prog, f"{study.label} ({study.tool})", baseline=baseline)
     plt.show()
+else:
+    display(Markdown("_No progress points in this group._"))
 
 # %% [markdown]
 # Every arm of the group against the constant-momentum baseline, paired by seed (95% t-interval,
@@ -112,20 +167,49 @@ if md_runs:
 
 # %%
 comparisons = show_comparisons(study)
-for _, r in comparisons.iterrows():
-    if "momentum" in r["arm"]:
-        lines_md.append(f"- {r['arm']}: final FID {r['final FID']} ({r[f'{study.label} difference [95% CI]']}).")
+per_seed = per_seed_table(study, name=arm_name)
+display(per_seed.style.format("{:.2f}", na_rep="–"))
+diffs = paired_differences(per_seed, baseline) if baseline else pd.DataFrame()
+if len(diffs) and plot_paired_differences(diffs, study.label, baseline) is not None:
+    plt.show()
+
+# %% [markdown]
+# ## Regime: the floor, the long run, and the share of the gap each arm closes
+
+# %%
+reg = show_regime(study, metrics_csv, runs_csv, summary, per_seed, baseline)
 
 # %% [markdown]
 # ## What our numbers show
 
 # %%
 lines = []
-for _, r in table.iterrows():
-    lines.append(f"- {r['a']} vs {r['b']}: paired samples are {1 / r['pixel ratio']:.1f}x closer than unpaired ones in pixels"
-                 + (f", {1 / r['feature ratio']:.1f}x in features." if "feature ratio" in r and r["feature ratio"] == r["feature ratio"] else "."))
-mean_ratio = table["pixel ratio"].mean() if len(table) else float("nan")
-lines.append(f"- Mean paired/unpaired ratio {mean_ratio:.2f} over {len(table)} model pairs; the verdict at the top "
-             "tests paired < unpaired with a 95% interval over pairs (optimistic: pairs share models, "
-             "docs/methods.md §9.5).")
-display(Markdown("\n".join(lines + lines_md)))
+for space in ("pixel", "feature"):
+    sp = res.get(space)
+    if not sp:
+        continue
+    t = sp["test"]
+    ratio = t["paired"] / t["unpaired"] if t["unpaired"] else float("nan")
+    ci = f" [{t['ci_low']:+.3g}, {t['ci_high']:+.3g}]" if t.get("ci_low") is not None else " (no interval)"
+    lines.append(f"- {space.capitalize()} space: paired samples are {t['paired']:.3g} apart against {t['unpaired']:.3g} "
+                 f"unpaired (ratio {ratio:.2f}); paired - unpaired = {t['diff']:+.3g}{ci}, 95% jackknife interval over "
+                 f"{t['n']} models ({t['pairs']} pairs), permutation p = {t['p']:.3g} ({res['permutations']} permutations).")
+    for c, v in sp["controls"].items():
+        cl = v["closer_to_each_other"]
+        ci = f" [{cl['ci_low']:+.3g}, {cl['ci_high']:+.3g}]" if cl.get("ci_low") is not None else ""
+        closer = cl.get("ci_high") is not None and cl["ci_high"] < 0
+        lines.append(f"  - Control `{c}`: each model is {np.mean(list(v['paired'].values())):.3g} from it on paired "
+                     f"samples (ratio paired / unpaired {np.mean(list(v['ratio'].values())):.2f}); the models' distance "
+                     f"to each other minus to it: {cl['diff']:+.3g}{ci}: "
+                     + ("the models are closer to each other than to it, so they share more than this solution."
+                        if closer else "the models are not measurably closer to each other than to it: this solution "
+                        "accounts for their agreement."))
+for _, d in diffs.iterrows():
+    ci = f" [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if pd.notna(d["ci_low"]) else " (no interval: fewer than 2 seeds)"
+    lines.append(f"- {d['arm']} minus {baseline}, final {study.label}: {d['diff']:+.2f}{ci} over {int(d['n'])} seed"
+                 f"{'s' if d['n'] != 1 else ''}.")
+for arm in per_seed.index:
+    if arm != baseline and (not len(diffs) or arm not in set(diffs["arm"])):
+        lines.append(f"- {arm}: shares no seed with {baseline}, so no paired FID comparison (it is one of the models "
+                     "of the consistency test).")
+display(Markdown("\n".join(lines)))

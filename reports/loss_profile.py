@@ -19,15 +19,25 @@
 # that the gradient variance is also very unequal across t. The profile is measured on a fixed
 # bank of images and noise (the same for every model).
 #
+# No paper in this family separates the loss a model *cannot* avoid from the loss it has not yet
+# learned. For a finite training set the best possible denoiser is known in closed form: its
+# E[x0 | x_t] is a softmax-weighted mean of the training images. Its loss on the same bank and
+# noise is the floor under every model's loss at each t; the model's loss above it is its
+# *excess* (learnable) loss. Slots are split on the total loss, as the paper does, and on the
+# excess beside them.
+#
 # How we measure it, and where we deviate from the papers: `docs/methods.md#loss-profile`.
 
 # %% tags=["parameters"]
 profile = "results/digits/analyses/profiles/reference.json"
 slots = "results/digits/analyses/slots.json"
+optimal = ""
 verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 
 # %%
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -39,29 +49,41 @@ from timestep_lab.reporting.notebook import setup, show_verdicts
 setup()
 show_verdicts(verdicts, ["table1_pretrained"])
 prof, sl = read_json(profile), read_json(slots)
+opt = read_json(optimal) if optimal and Path(optimal).is_file() else None
 t = np.array(prof["timesteps"])
 T = prof["T"]
-display(Markdown(f"Model `{prof.get('model', {}).get('path', '?')}` ({prof.get('prediction', 'eps')}-prediction), "
-                 f"T = {T}, {prof['num_images']} bank images, every {prof['stride']}th timestep, seed {prof['seed']}."))
+eps = np.array(prof["eps_mse"])
+n_slots = len(sl["slots"])
+nimg = (prof.get("model") or {}).get("nimg")
+display(Markdown(f"Model `{prof.get('model', {}).get('path', '?')}` ({prof.get('prediction', 'eps')}-prediction"
+                 + (f", trained on {nimg / 1000:.4g} kimg" if nimg else "") + f"), T = {T}, {prof['num_images']} bank "
+                 f"images, every {prof['stride']}th timestep, seed {prof['seed']}."
+                 + (f" Optimal denoiser of the {opt['model']['train_images']} training images on the same bank and noise."
+                    if opt else " The optimal denoiser was not profiled in this study (analyses.loss_profile.optimal).")))
+floor = np.array(opt["eps_mse"]) if opt else None
+excess = eps - floor if opt else None
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
 ax = axes[0]
-ax.plot(t, prof["eps_mse"], lw=1.8, label="eps-MSE")
-ax.fill_between(t, np.array(prof["eps_mse"]) - np.array(prof["eps_mse_sem"]),
-                np.array(prof["eps_mse"]) + np.array(prof["eps_mse_sem"]), alpha=0.25)
+ax.plot(t, eps, lw=1.8, label="model: eps-MSE")
+ax.fill_between(t, eps - np.array(prof["eps_mse_sem"]), eps + np.array(prof["eps_mse_sem"]), alpha=0.25)
+if opt:
+    ax.plot(t, np.maximum(floor, 1e-8), lw=1.5, color="C2", label="optimal denoiser (floor; clipped at 1e-8)")
+    ax.plot(t, np.maximum(excess, 1e-8), lw=1.2, ls="--", color="C3", label="excess = model - floor")
 for i, (lo, hi) in enumerate(sl["slots"]):
-    ax.axvspan(lo, hi + 1, color=f"C{i % 2 + 2}", alpha=0.08)
+    ax.axvspan(lo, hi + 1, color=f"C{i % 2 + 4}", alpha=0.08)
 ax.set_yscale("log")
-ax.set_xlabel("t (0 = least noisy)")
-ax.set_ylabel("eps-MSE (log)")
-ax.set_title("eps-prediction MSE per timestep; shading = our 10 slots")
+ax.set_xlabel("t (timestep index, 0 = least noisy)")
+ax.set_ylabel("eps-MSE per pixel (eps ~ N(0, 1); log)")
+ax.set_title(f"eps-prediction MSE per timestep; shading = our {n_slots} slots (total loss)", fontsize=9)
+ax.legend(fontsize=8)
 ax = axes[1]
 ax.plot(t, prof["vlb_bpd"], color="C1")
 ax.set_yscale("log")
-ax.set_xlabel("t")
+ax.set_xlabel("t (timestep index)")
 ax.set_ylabel("VLB term (bits/dim, log)")
-ax.set_title("per-timestep variational bound term")
+ax.set_title("per-timestep variational bound term", fontsize=9)
 plt.tight_layout()
 plt.show()
 
@@ -74,8 +96,8 @@ if g.get("timesteps"):
     fig, ax = plt.subplots(figsize=(7, 3.8))
     ax.errorbar(g["timesteps"], g["norm_mean"], yerr=np.sqrt(g["norm_var"]), fmt="o-", capsize=3, label="mean ± sd")
     ax.set_yscale("log")
-    ax.set_xlabel("t")
-    ax.set_ylabel("per-sample gradient norm")
+    ax.set_xlabel("t (timestep index)")
+    ax.set_ylabel("per-sample gradient L2 norm (log)")
     ax.set_title(f"{g['samples']} single-sample gradients per timestep")
     plt.show()
     gv = pd.DataFrame({"t": g["timesteps"], "grad norm mean": g["norm_mean"], "grad norm variance": g["norm_var"]})
@@ -85,38 +107,64 @@ else:
 
 # %% [markdown]
 # ## Our slots beside the paper's Table 1
+# Slots of equal summed total loss (the paper's split, the one the fine-tunes use) and, beside
+# them, of equal summed excess loss above the optimal denoiser.
 
 # %%
 paper = sl["paper_slots"]
 scaled = sl.get("paper_slots_scaled")
+ex = sl.get("excess")
 rows = []
-for i in range(len(sl["slots"])):
-    row = {"slot": i + 1, "ours": f"[{sl['slots'][i][0]}, {sl['slots'][i][1]}]",
-           "our share of the loss": sl["sums"][i] / sl["total"]}
+for i in range(n_slots):
+    row = {"slot": i + 1, "ours (total loss)": f"[{sl['slots'][i][0]}, {sl['slots'][i][1]}]",
+           "share of the total": sl["sums"][i] / sl["total"]}
+    if ex:
+        row["ours (excess loss)"] = f"[{ex['slots'][i][0]}, {ex['slots'][i][1]}]"
     if i < len(paper):
         row["paper (guided-diffusion ImageNet-256, T=1000)"] = f"[{paper[i][0]}, {paper[i][1]}]"
         if scaled:
             row[f"paper scaled to T={T}"] = f"[{scaled[i][0]}, {scaled[i][1]}]"
     rows.append(row)
-display(pd.DataFrame(rows).set_index("slot").style.format({"our share of the loss": "{:.3f}"}))
+display(pd.DataFrame(rows).set_index("slot").style.format({"share of the total": "{:.3f}"}))
 
 # %% [markdown]
 # ## What our numbers show
 
 # %%
-eps = np.array(prof["eps_mse"])
 ratio = eps.max() / max(eps.min(), 1e-12)
 first_hi = sl["slots"][0][1]
 paper_first = paper[0][1] * T / 1000
 lines = [
-    f"- The eps-MSE ranges from {eps.min():.3g} to {eps.max():.3g}: a ratio of {ratio:.0f} "
-    f"({np.log10(ratio):.1f} orders of magnitude). The paper reports differences of several orders of magnitude.",
-    f"- The largest loss is at t = {t[eps.argmax()]} and the smallest at t = {t[eps.argmin()]}.",
-    f"- Our first slot ends at t = {first_hi} ({(first_hi + 1) / T:.1%} of the timesteps); the paper's first slot "
-    f"ends at t = 4 of 1000 ({paper_first:.1f} at our T). "
+    f"- The eps-MSE ranges from {eps.min():.3g} (t = {t[eps.argmin()]}) to {eps.max():.3g} (t = {t[eps.argmax()]}): "
+    f"a ratio of {ratio:.0f} ({np.log10(ratio):.1f} orders of magnitude). The paper reports differences of several "
+    "orders of magnitude.",
+    f"- Our first slot (total loss) ends at t = {first_hi} ({(first_hi + 1) / T:.1%} of the timesteps); the paper's first "
+    f"slot ends at t = 4 of 1000 ({paper_first:.1f} at our T). "
     + ("Like the paper, the loss is concentrated near t = 0." if (first_hi + 1) / T < 0.1 else
        "Unlike the paper, our loss is not concentrated near t = 0: slots are wide at the start."),
 ]
+if opt:
+    share = excess / np.where(eps > 0, eps, np.nan)
+    near0 = t < T / 10
+    top = t >= 3 * T / 4
+    lines.append(f"- The optimal denoiser's eps-MSE is at most {floor[near0].max():.2g} for t < {T // 10}: there x_t "
+                 f"still identifies its training image, so a model that reproduced the training set exactly would have "
+                 f"no loss. The model's {eps[near0].mean():.3g} there (mean) is {100 * np.nanmean(share[near0]):.0f}% "
+                 "excess: the peak near t = 0 is model error (a memorising denoiser would have none), not noise the "
+                 "data leave.")
+    lines.append(f"- For t >= {3 * T // 4} the model's loss ({eps[top].min():.3g} to {eps[top].max():.3g}) is "
+                 f"{(eps[top] / np.maximum(floor[top], 1e-300)).min():.0f}x to "
+                 f"{(eps[top] / np.maximum(floor[top], 1e-300)).max():.0f}x the optimum ({floor[top].min():.2g} to "
+                 f"{floor[top].max():.2g}): the plateau there is the network's error, not the data's.")
+    k = int(np.argmin(np.where(floor > 0, eps / np.maximum(floor, 1e-300), np.inf)))
+    lines.append(f"- The model is closest to the optimum at t = {t[k]} ({eps[k] / floor[k]:.2g}x); the optimum itself "
+                 f"peaks at t = {t[floor.argmax()]} ({floor.max():.3g}).")
+    if ex:
+        same = sum(a == b for a, b in zip(map(tuple, ex["slots"]), map(tuple, sl["slots"])))
+        lines.append(f"- On the excess loss the first slot ends at t = {ex['slots'][0][1]} and the last starts at "
+                     f"t = {ex['slots'][-1][0]} (total loss: {first_hi} and {sl['slots'][-1][0]}); {same} of "
+                     f"{n_slots} slots are the same. The excess is {100 * ex['share_of_total']:.1f}% of the total "
+                     "summed loss.")
 if g.get("timesteps"):
     k = int(np.argmax(g["norm_var"]))
     lines.append(f"- The gradient-norm variance is largest at t = {g['timesteps'][k]} "

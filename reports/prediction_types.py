@@ -13,12 +13,14 @@
 # %% [markdown]
 # # eps vs x0 vs v vs mixed heads
 #
-# Seed paper (arXiv 2502.01990) Sec. 2.2: x0-prediction ("d") works better near t = T,
-# eps-prediction ("a") near t = 0, v in between; a *mixed* model with three heads trained on the
-# per-sample minimum x0 error is proposed. Its finding (Sec. 3.2) is that mixed predictions are
-# "exceptionally challenging" to converge and "often worse than those from a single prediction";
-# only the abstract hypothesises that they might help. The scorecard judges both, as separate
-# claims. Every model here uses the same loss weighting (none), so only the prediction type differs.
+# Seed paper (arXiv 2502.01990) Sec. 2.2: "a pre-trained model for the d-prediction and the
+# a-prediction works better at time step closer to T and 0, respectively" (d: x0, a: eps), and v
+# "works more average"; a *mixed* model with three heads trained on the per-sample minimum x0
+# error is proposed. Sec. 3.2: mixed predictions proved "exceptionally challenging" to converge,
+# and their results "are often worse than those from a single prediction". Every model here uses
+# the same loss weighting (none), so only the prediction type differs. Every model is scored as
+# an x0 estimator on the same bank and noise, beside the training set's optimal denoiser (the
+# floor: no estimator can do better at any t).
 #
 # How we measure it, and where we deviate from the papers: `docs/methods.md#prediction-types`.
 
@@ -26,6 +28,7 @@
 profile = "results/digits/analyses/prediction_types.json"
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
+summary = "results/digits/summary.json"
 verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 group = "prediction_types"
@@ -37,7 +40,11 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
+from timestep_lab.reporting.curves import (paired_differences, per_seed_table, plot_paired_differences, plot_progress,
+                                          progress_table)
 from timestep_lab.reporting.notebook import load_study, read_log, setup, show_verdicts
+from timestep_lab.reporting.regime import show_regime
+from timestep_lab.studies.prediction_types import winning_ranges
 
 setup()
 show_verdicts(verdicts, ["mixed_heads", "mixed_heads_hypothesis"])
@@ -45,87 +52,143 @@ study = load_study(group, metrics_csv, runs_csv)
 runs, label = study.runs, study.label
 prof = read_json(profile)
 t = np.array(prof["timesteps"])
+T = prof.get("T", int(t.max()) + 1)
+kinds = prof["predictions"]  # model name -> prediction type
+single = [m for m, k in kinds.items() if k != "mixed"]
+mixed = [m for m, k in kinds.items() if k == "mixed"]
+ran = runs.groupby("prediction")["seed"].agg(lambda x: sorted(int(v) for v in x))
+display(Markdown("**What ran.** " + "; ".join(f"`{p}` prediction: {len(sd)} seed{'s' if len(sd) != 1 else ''} "
+                                             f"({', '.join(map(str, sd))})" for p, sd in ran.items())
+                 + f". The x0-error profile uses the lowest seed of each type ({', '.join(prof['x0_mse'])})."
+                 + ("" if "x0" in ran.index and "v" in ran.index else
+                    " Not run: " + ", ".join(f"`{p}`" for p in ("x0", "v") if p not in ran.index) + " prediction.")))
 study.show_failed()
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+opt = np.array(prof["optimal_x0_mse"]) if prof.get("optimal_x0_mse") else None
+fig, axes = plt.subplots(1, 3 if opt is not None else 2, figsize=(17 if opt is not None else 12, 4.3))
 for name, err in prof["x0_mse"].items():
     style = dict(ls="--", lw=1) if "/" in name else dict(lw=2)
     axes[0].plot(t, err, label=name, **style)
+if opt is not None:
+    axes[0].plot(t, np.maximum(opt, 1e-8), color="k", lw=1, ls=":", label="optimal denoiser (floor)")
 axes[0].set_yscale("log")
-axes[0].set_xlabel("t")
-axes[0].set_ylabel("x0 MSE (log)")
-axes[0].set_title("x0 error per timestep (mix/* = heads of the mixed model)")
-axes[0].legend(fontsize=8)
-names = sorted(set(prof["winner"]))
-codes = np.array([names.index(w) for w in prof["winner"]])
+axes[0].set_xlabel("t (timestep index, 0 = least noisy)")
+axes[0].set_ylabel("x0 MSE per pixel (x0 in [-1, 1]; log)")
+axes[0].set_title("x0 error per timestep (mixed/* = the mixed model's heads)", fontsize=9)
+axes[0].legend(fontsize=7)
+table_s = np.array([prof["x0_mse"][m] for m in single])
+win_single = [single[i] for i in table_s.argmin(axis=0)]
+names = sorted(set(win_single))
+codes = np.array([names.index(w) for w in win_single])
 axes[1].scatter(t, codes, c=codes, cmap="tab10", s=12)
 axes[1].set_yticks(range(len(names)), names)
-axes[1].set_xlabel("t")
-axes[1].set_title("lowest x0 error per t (single-type models)")
+axes[1].set_xlabel("t (timestep index)")
+axes[1].set_title("lowest x0 error per t among the single-type models", fontsize=9)
+if opt is not None:
+    for name, ex in prof["x0_excess"].items():
+        if "/" not in name:
+            axes[2].plot(t, np.maximum(np.array(ex), 1e-8), label=name)
+    axes[2].set_yscale("log")
+    axes[2].set_xlabel("t (timestep index)")
+    axes[2].set_ylabel("x0 MSE above the optimal denoiser (log; clipped at 1e-8)")
+    axes[2].set_title("excess x0 error per timestep", fontsize=9)
+    axes[2].legend(fontsize=7)
 plt.tight_layout()
 plt.show()
-display(pd.DataFrame(prof["wins"]).rename(columns={"lo": "from t", "hi": "to t"}))
+wins_single = winning_ranges(list(t), win_single)
+heads = {m: prof["heads"][m] for m in mixed if m in prof.get("heads", {})}
+display(pd.DataFrame(wins_single).rename(columns={"lo": "from t", "hi": "to t"}).set_index("winner"))
+
+# %% [markdown]
+# ## Final FID per prediction type, every seed
 
 # %%
-fid = study.fid("final")
-table = fid.pivot_table(index="prediction", columns="tool", values="value", aggfunc="mean")
-loss = runs.set_index("prediction")["final_loss"].rename("final training loss (own space)")
-display(table.join(loss).style.format("{:.4g}"))
+per_seed = per_seed_table(study, name=lambda r: r["prediction"])
+display(per_seed.style.format("{:.2f}", na_rep="–"))
+loss = runs.pivot_table(index="prediction", columns="seed", values="final_loss", aggfunc="first")
+loss.columns = [f"seed {int(c)}" for c in loss.columns]
+display(Markdown("Final training loss of each run (in its own prediction space, so not comparable across types):"))
+display(loss.style.format("{:.4g}"))
+diffs = paired_differences(per_seed, "eps")
+if len(diffs) and plot_paired_differences(diffs, label, "eps") is not None:
+    plt.show()
+
+# %% [markdown]
+# ## FID against images seen, optimizer steps and wall-clock
+
+# %%
+prog = progress_table(study, name=lambda r: r["prediction"])
+if len(prog):
+    plot_progress(prog, f"{label} ({study.tool})", baseline="eps")
+    plt.show()
 
 # %% [markdown]
 # ## Does the mixed model train stably?
 
 # %%
-mixed = runs[runs["prediction"] == "mixed"]
+mixed_runs = runs[runs["prediction"] == "mixed"].sort_values("seed")
 stable_lines = []
-if len(mixed):
-    recs = read_log(mixed.iloc[0]["train_log"])
-    eps_run = runs[runs["prediction"] == "eps"]
+if len(mixed_runs):
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
-    if recs:
-        axes[0].plot([r["kimg"] for r in recs], [r["loss"] for r in recs], label="mixed (min x0 error)")
-        axes[0].plot([r["kimg"] for r in recs], [r["grad_norm"] for r in recs], label="mixed grad norm", alpha=0.6)
-        fr = {h: np.array([r["mixed_head_fraction"][h] for r in recs]) for h in ("eps", "x0", "v")}
-        for h, v in fr.items():
-            axes[1].plot([r["kimg"] for r in recs], v.mean(axis=1), label=f"{h} head")
+    for _, mr in mixed_runs.iterrows():
+        recs = read_log(mr["train_log"])
+        if not recs:
+            continue
+        k = [r["kimg"] for r in recs]
+        axes[0].plot(k, [r["loss"] for r in recs], label=f"seed {int(mr['seed'])}")
         losses = np.array([r["loss"] for r in recs])
-        jumps = np.sum(losses[1:] > 1.5 * losses[:-1])
-        stable_lines.append(f"- The mixed model's loss rose by more than 50% between log intervals {jumps} time(s) "
-                            f"in {len(recs)} intervals; status: {mixed.iloc[0]['status']}.")
-        last = {h: float(v[-1].mean()) for h, v in fr.items()}
-        stable_lines.append("- Share of samples won by each head at the end: "
-                            + ", ".join(f"{h} {100 * s:.0f}%" for h, s in last.items()) + ".")
-    axes[0].set_xlabel("kimg")
+        fr = {h: np.array([r["mixed_head_fraction"][h] for r in recs]).mean(axis=1) for h in ("eps", "x0", "v")}
+        if mr["seed"] == mixed_runs["seed"].min():
+            for h, v in fr.items():
+                axes[1].plot(k, v, label=f"{h} head")
+        stable_lines.append(f"- Mixed, seed {int(mr['seed'])}: the loss rose by more than 50% between log intervals "
+                            f"{int(np.sum(losses[1:] > 1.5 * losses[:-1]))} time(s) in {len(recs)} intervals; status "
+                            f"{mr['status']}; samples won at the end: "
+                            + ", ".join(f"{h} {100 * float(v[-1]):.0f}%" for h, v in fr.items()) + ".")
+    axes[0].set_xlabel("images seen (kimg)")
+    axes[0].set_ylabel("training loss (min x0 error; log)")
     axes[0].set_yscale("log")
-    axes[0].legend()
-    axes[0].set_title("mixed model: loss and gradient norm")
-    axes[1].set_xlabel("kimg")
-    axes[1].set_ylabel("fraction of samples")
-    axes[1].set_title("which head wins during training")
-    axes[1].legend()
+    axes[0].legend(fontsize=7)
+    axes[0].set_title("mixed model: training loss", fontsize=9)
+    axes[1].set_xlabel("images seen (kimg)")
+    axes[1].set_ylabel("fraction of samples won")
+    axes[1].set_title(f"which head wins during training (seed {int(mixed_runs['seed'].min())})", fontsize=9)
+    axes[1].legend(fontsize=7)
     plt.tight_layout()
     plt.show()
+
+# %% [markdown]
+# ## Regime: the floor, the long run, and the share of the gap each type closes
+
+# %%
+reg = show_regime(study, metrics_csv, runs_csv, summary, per_seed, "eps")
 
 # %% [markdown]
 # ## What our numbers show
 
 # %%
 lines = []
-for w in prof["wins"]:
-    lines.append(f"- t in [{w['lo']}, {w['hi']}]: **{w['winner']}** has the lowest x0 error.")
-if len(lines) > 8:
-    lines = lines[:8] + [f"- ... ({len(prof['wins'])} ranges in all)"]
-T = prof.get("T", int(t.max()) + 1)
-lo_w = prof["winner"][0]
-hi_w = prof["winner"][-1]
-lines.append(f"- Near t = 0 the winner is {lo_w}; near T it is {hi_w}. The paper expects eps near 0 and x0 near T: "
-             + ("agreement." if (lo_w == "eps" and hi_w == "x0") else "our result differs."))
-if "torch-fidelity" in table.columns:
-    best = table["torch-fidelity"].idxmin()
-    lines.append(f"- Lowest final {label}: **{best}** ({table.loc[best, 'torch-fidelity']:.2f}).")
-    if "mixed" in table.index:
-        worse = (table["torch-fidelity"] < table.loc["mixed", "torch-fidelity"]).sum()
-        lines.append(f"- The mixed model's mean final {label} is above that of {worse} single-type model(s) "
-                     "(descriptive; the paired verdict at the top says whether mixed vs eps differs beyond seed noise).")
+near0, nearT = t <= T // 10, t >= T - T // 10
+for what, who in (("the single-type models", dict(zip(t, win_single))),
+                  *((f"the mixed model's heads ({m})", dict(zip(t, heads[m]["winner"]))) for m in heads)):
+    lo_w = pd.Series([who[x] for x in t[near0]]).mode().iloc[0]
+    hi_w = pd.Series([who[x] for x in t[nearT]]).mode().iloc[0]
+    lo_kind, hi_kind = kinds.get(lo_w, lo_w), kinds.get(hi_w, hi_w)
+    agree = lo_kind == "eps" and hi_kind == "x0"
+    lines.append(f"- Among {what}: lowest x0 error for t <= {T // 10} mostly **{lo_w}**, for t >= {T - T // 10} mostly "
+                 f"**{hi_w}**. The paper expects eps near 0 and x0 near T: "
+                 + ("agreement." if agree else f"{'agreement near 0' if lo_kind == 'eps' else 'not eps near 0'}, "
+                    f"{'x0 near T' if hi_kind == 'x0' else 'not x0 near T'}."))
+if opt is not None:
+    ex = {m: np.array(prof["x0_excess"][m]) for m in single + mixed}
+    ratio_T = {m: float(np.mean(np.array(prof["x0_mse"][m])[nearT] / np.maximum(opt[nearT], 1e-300))) for m in ex}
+    lines.append("- Near T the x0 error is this many times the optimal denoiser's (mean over t >= "
+                 f"{T - T // 10}): " + ", ".join(f"{m} {r:.3g}x" for m, r in ratio_T.items()) + ".")
+for _, d in diffs.iterrows():
+    ci = f" [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if pd.notna(d["ci_low"]) else " (no interval: one seed)"
+    covers = pd.isna(d["ci_low"]) or d["ci_low"] <= 0 <= d["ci_high"]
+    lines.append(f"- {d['arm']} minus eps, final {label}: {d['diff']:+.2f}{ci} over {int(d['n'])} seed"
+                 f"{'s' if d['n'] != 1 else ''}: " + ("no difference shown." if covers else
+                                                      ("better than eps." if d["diff"] < 0 else "worse than eps.")))
 display(Markdown("\n".join(lines + stable_lines)))

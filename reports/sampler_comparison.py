@@ -13,10 +13,10 @@
 # %% [markdown]
 # # Sampler comparison: which timestep sampler and weighting trains fastest?
 #
-# SpeeD (arXiv 2405.17403), the learned Beta sampler (arXiv 2411.09998), the curriculum schedule
-# CLTS (arXiv 2404.07946), improved-diffusion's loss-second-moment importance sampling and the
-# seed paper's slot-balanced sampler, trained under one protocol. This notebook only reads
-# `results/`; it trains nothing.
+# Timestep samplers and loss weightings from SpeeD (arXiv 2405.17403), the learned Beta sampler
+# (arXiv 2411.09998), the curriculum schedule CLTS (arXiv 2404.07946) and the seed paper, trained
+# under one protocol; which of them this study ran is listed below, from its results. This
+# notebook only reads `results/`; it trains nothing.
 #
 # How we measure it, and where we deviate from the papers: `docs/methods.md#samplers`,
 # `docs/methods.md#weightings` and `docs/methods.md#speedup`.
@@ -26,6 +26,7 @@ metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
 results_dir = "results/digits"
 verdicts = "results/digits/verdicts.json"
+summary = "results/digits/summary.json"
 group = "sampler_comparison"
 baseline = "uniform+none"
 
@@ -35,6 +36,8 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
+from timestep_lab.reporting.curves import (paired_differences, per_seed_table, plot_paired_differences, plot_progress,
+                                          progress_table)
 from timestep_lab.reporting.notebook import (
     code_text,
     load_study,
@@ -44,6 +47,7 @@ from timestep_lab.reporting.notebook import (
     show_speedup_seeds,
     show_verdicts,
 )
+from timestep_lab.reporting.regime import show_regime
 
 setup()
 study = load_study(group, metrics_csv, runs_csv)
@@ -57,29 +61,23 @@ if proto is not None:
         f"steps, {'EMA' if proto['ema'] else 'raw'} weights, seeds `base + i`. Progress points use the same sampler on "
         f"fewer samples ({int(progress['num_generated'].iloc[0]) if len(progress) else 'n/a'}). Variants are "
         f"`timestep sampler + loss weighting`; spread is over training seeds. Code: {code_text(final)}."))
+arms_ran = runs.groupby("variant")["seed"].agg(lambda x: sorted(int(v) for v in x))
+display(Markdown("**What ran.** " + "; ".join(f"`{v}`: {len(sd)} seed{'s' if len(sd) != 1 else ''} ({', '.join(map(str, sd))})"
+                                             for v, sd in arms_ran.items()) + "."))
 study.show_failed(" (excluded from means)")
 show_verdicts(verdicts, ["speed_faster", "speed_sampling_alone", "adaptive_faster", "adaptive_converges_better",
                          "clts_faster"])
 
 # %% [markdown]
-# ## FID against images seen
+# ## FID against images seen, optimizer steps and wall-clock
 
 # %%
-fig, ax = plt.subplots(figsize=(8, 5))
-curves = {}
-for variant, df in progress.groupby("variant"):
-    per_kimg = df.groupby("kimg")["value"]
-    mean, lo, hi = per_kimg.mean(), per_kimg.min(), per_kimg.max()
-    curves[variant] = mean
-    style = dict(lw=2.5, color="black") if variant == baseline else dict(lw=1.5)
-    line, = ax.plot(mean.index, mean.values, marker="o", ms=3, label=variant, **style)
-    ax.fill_between(mean.index, lo.values, hi.values, alpha=0.15, color=line.get_color())
-ax.set_xlabel("images seen (kimg)")
-ax.set_ylabel(f"{label} ({tool})")
-ax.set_yscale("log")
-ax.set_title("mean over seeds; band = min..max")
-ax.legend(fontsize=8, ncol=2)
-plt.show()
+curves = progress_table(study)
+if len(curves):
+    plot_progress(curves, f"{label} ({tool})", baseline=baseline)
+    plt.show()
+else:
+    display(Markdown("_No progress points in this group._"))
 
 # %% [markdown]
 # ## Final FID per arm (mean ± std over seeds; descriptive)
@@ -114,6 +112,23 @@ comparisons = show_comparisons(study)
 
 # %%
 show_speedup_seeds(study)
+
+# %% [markdown]
+# ## Every seed, straight from the data
+# Final FID of each run, and each seed's `arm - uniform` (dots) with the mean and its 95% interval.
+
+# %%
+per_seed = per_seed_table(study)
+display(per_seed.style.format("{:.2f}", na_rep="–"))
+diffs = paired_differences(per_seed, baseline)
+if plot_paired_differences(diffs, label, baseline) is not None:
+    plt.show()
+
+# %% [markdown]
+# ## Regime: the floor, the long run, and the share of the gap each arm closes
+
+# %%
+reg = show_regime(study, metrics_csv, runs_csv, summary, per_seed, baseline)
 
 # %% [markdown]
 # ## Cost per training step

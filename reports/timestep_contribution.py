@@ -13,18 +13,30 @@
 # %% [markdown]
 # # Which timesteps matter at inference?
 #
-# Seed paper (arXiv 2502.01990) Fig. 3: during reverse sampling, replace the model's x0
-# prediction by the true x0 of a held-out image inside a range of timesteps (its noise path
-# otherwise unchanged) and measure the FID. If a range matters, getting it exactly right helps a
-# lot. The paper finds [1, 500] better than [500, 1000], [10, 100] better than [100, 500], and
-# [1, 10] best: the timesteps near 0 contribute most. Its ranges are 1-based on T = 1000 and are
-# scaled to our T.
+# Seed paper (arXiv 2502.01990, Sec. 2.1, Fig. 3a): during reverse sampling, replace the model's
+# x0 prediction by the true x0 of a held-out image inside a range of timesteps and measure the
+# FID. The paper finds [1, 500] better than [500, 1000], [10, 100] better than [100, 500], and
+# [1, 10] best, and concludes that "the timesteps closer to 0 contribute more".
+#
+# **The design is partly trivial.** The last reverse step outputs the x0 estimate itself (its
+# posterior coefficients are c1 = 1 and c2 = 0, right-hand figure), so replacing x0 at the final
+# step returns the held-out image byte for byte, and any range that contains the final step
+# (the paper's [1, 500] and [1, 10]) returns the held-out set, whatever the model does anywhere
+# else. Its FID is then the held-out set's FID, the floor, and says nothing about which
+# timesteps matter. Here, therefore: the final step is taken out of every range; "final step
+# only" is an arm of its own, the control that returns the held-out images; "none" is the model
+# alone; the chain holds several steps in every range; and every FID has a bootstrap interval
+# over samples, paired across arms (the same seeds and held-out images in every arm). The RMS
+# distance of each sample to the held-out image injected into its chain says how close an arm
+# comes to copying it. A range matters beyond copying when it improves on "none" while staying
+# measurably away from the copy.
 #
 # How we measure it, and where we deviate from the papers: `docs/methods.md#timestep-contribution`.
 
 # %% tags=["parameters"]
-metrics = ""
+contribution = "results/digits/analyses/contribution.json"
 posterior = "results/digits/analyses/posterior.json"
+summary = "results/digits/summary.json"
 verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 
@@ -38,78 +50,152 @@ from IPython.display import Markdown, display
 
 from timestep_lab.io import read_json
 from timestep_lab.reporting.notebook import setup, show_verdicts
+from timestep_lab.reporting.regime import floor_for, floor_records
 
 setup()
 show_verdicts(verdicts, [])
-post = read_json(posterior)
-labels = {r["label"]: r["range"] for r in post.get("ranges", [])}
+res, post = read_json(contribution), read_json(posterior)
+arms = {a["label"]: a for a in res["arms"]}
+chain, label, n = res["chain"], res["label"], res["num_samples"]
+floor = floor_for(floor_records(summary))
+TOOL = "torch-fidelity"
+
+
+def name(a) -> str:
+    if a["kind"] == "none":
+        return "none (model alone)"
+    if a["kind"] == "final":
+        return "final step only (control)"
+    return f"[{a['paper'][0]}, {a['paper'][1]}]"
+
+
+def ci(d, fmt="{:.3g}") -> str:
+    return f"{fmt.format(d['value'])} [{fmt.format(d['ci'][0])}, {fmt.format(d['ci'][1])}]"
+
+
+display(Markdown(
+    f"**Protocol.** The reference model ({res['model']['model_format']}, "
+    + (f"{res['model']['nimg'] / 1000:.4g} kimg" if res["model"].get("nimg") else "pretrained") + "), "
+    f"{chain['method'].upper()} with {chain['steps']} steps ({chain['spacing']} spacing, eta {chain['eta']}) of T = "
+    f"{chain['num_timesteps']}; every range holds at least {chain['min_steps']} of them without the final step "
+    f"(t = {chain['final_step']}). {n} samples per arm, sample i from seed i with held-out image i. Intervals: "
+    f"{res['bootstrap']['interval']}, {res['bootstrap']['replicates']} replicates, {int(100 * res['bootstrap']['level'])}%."))
 rows = []
-for path in metrics.split(","):
-    if not path:
-        continue
-    m = read_json(path)
-    key = Path(path).parent.name  # "none" or "t<lo>-<hi>"
-    paper = "no replacement" if key == "none" else "[" + key[1:].replace("-", ", ") + "]"
-    ours = labels.get(paper.replace(", ", ","), None)
-    rows.append({"replaced range (paper, T=1000)": paper, "our t range": str(ours) if ours else "–",
-                 "FID (torch-fidelity)": m["fid"], "FID (clean-fid)": m.get("fid_clean_fid"),
-                 "n": next(r["num_generated"] for r in m["records"])})
-label = m.get("label", "FID") if rows else "FID"
-table = pd.DataFrame(rows).set_index("replaced range (paper, T=1000)")
-display(Markdown(f"**Metric:** {label}, against the training set; samples from the reference model with one "
-                 "held-out image per seed."))
-display(table.style.format({"FID (torch-fidelity)": "{:.2f}", "FID (clean-fid)": "{:.2f}"}))
+for a in res["arms"]:
+    rows.append({"arm": name(a), "replaced t (0-based)": f"[{a['replaced'][0]}, {a['replaced'][1]}]" if a["replaced"] else "–",
+                 "chain steps replaced": a["chain_steps"], f"{label} [95% CI]": ci(a["fid_bootstrap"], "{:.2f}"),
+                 "minus final-step control": ci(a["minus_final"], "{:+.2f}") if "minus_final" in a else "–",
+                 "minus none": ci(a["minus_none"], "{:+.2f}") if "minus_none" in a else "–",
+                 "RMS to the injected image [95% CI]": f"{a['rms_to_heldout']['mean']:.3f} "
+                                                       f"[{a['rms_to_heldout']['ci'][0]:.3f}, {a['rms_to_heldout']['ci'][1]:.3f}]",
+                 "exact copies": f"{100 * a['copies']:.0f}%"})
+table = pd.DataFrame(rows).set_index("arm")
+display(table)
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+fig, axes = plt.subplots(1, 3, figsize=(16, 4.3))
+names = [name(a) for a in res["arms"]]
+y = np.arange(len(names))
+vals = np.array([a["fid_bootstrap"]["value"] for a in res["arms"]])
+lo = np.array([a["fid_bootstrap"]["ci"][0] for a in res["arms"]])
+hi = np.array([a["fid_bootstrap"]["ci"][1] for a in res["arms"]])
+colors = ["C2" if a["kind"] == "final" else "C7" if a["kind"] == "none" else "C0" for a in res["arms"]]
 ax = axes[0]
-order = table.sort_values("FID (torch-fidelity)").index
-ax.barh(order, table.loc[order, "FID (torch-fidelity)"], color=["C2" if i == "no replacement" else "C0" for i in order])
-ax.set_xlabel(label)
-ax.set_title("FID when the true x0 replaces the prediction in a range")
+ax.barh(y, vals, color=colors)
+ax.errorbar(vals, y, xerr=[vals - lo, hi - vals], fmt="none", ecolor="k", capsize=3)
+if floor:
+    ax.axvline(floor["value"], color="C2", ls="--", lw=1, label=f"held-out floor ({floor.get('num_samples')} samples)")
+    ax.legend(fontsize=7)
+ax.set_yticks(y, names)
 ax.invert_yaxis()
+ax.set_xlabel(f"{label} (95% bootstrap interval)")
+ax.set_title(f"FID with the true x0 in a range ({n} samples per arm)", fontsize=9)
 ax = axes[1]
+rms = np.array([a["rms_to_heldout"]["mean"] for a in res["arms"]])
+rlo = np.array([a["rms_to_heldout"]["ci"][0] for a in res["arms"]])
+rhi = np.array([a["rms_to_heldout"]["ci"][1] for a in res["arms"]])
+ax.barh(y, rms, color=colors)
+ax.errorbar(rms, y, xerr=[rms - rlo, rhi - rms], fmt="none", ecolor="k", capsize=3)
+ax.set_yticks(y, [""] * len(y))
+ax.invert_yaxis()
+ax.set_xlabel("RMS pixel distance to the injected held-out image (images in [0, 1])")
+ax.set_title("how close each arm comes to copying the held-out image", fontsize=9)
+ax = axes[2]
 t = np.array(post["t"])
-ax.plot(t, post["c1"], label="coefficient of x0 (c1)")
-ax.plot(t, post["c2"], label="coefficient of x_t (c2)")
+ax.plot(t, post["c1"], label="c1: coefficient of x0")
+ax.plot(t, post["c2"], label="c2: coefficient of x_t")
 ax.set_xscale("symlog", linthresh=10)
 ax.set_yscale("log")
-ax.set_xlabel("t (symlog)")
-ax.set_title("posterior mean  c1_t x0 + c2_t x_t  (Fig. 3b)")
-ax.legend()
+ax.set_xlabel("t (timestep index, symlog; 0 = the final step)")
+ax.set_ylabel("coefficient in the posterior mean (log)")
+ax.set_title("posterior mean c1_t x0 + c2_t x_t (Fig. 3b)", fontsize=9)
+ax.legend(fontsize=7)
 plt.tight_layout()
 plt.show()
+
+# %%
+files = {lab: Path(contribution).parent / "contribution" / lab / "samples.npz" for lab in arms}
+if all(f.is_file() for f in files.values()):
+    fig, axes = plt.subplots(len(arms), 1, figsize=(9, 0.75 * len(arms) + 0.4), squeeze=False)
+    for ax, (lab, f) in zip(axes[:, 0], files.items()):
+        with np.load(f) as z:
+            imgs = z["images"][:16]
+        strip = np.concatenate(list(np.pad(imgs[..., 0], [(0, 0), (1, 1), (1, 1)], constant_values=255)), axis=1)
+        ax.imshow(strip, cmap="gray", vmin=0, vmax=255)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_ylabel(name(arms[lab]), rotation=0, ha="right", fontsize=7)
+    plt.suptitle("the same 16 seeds in every arm ('final step only' shows the held-out images themselves)", fontsize=9)
+    plt.show()
 
 # %% [markdown]
 # ## What our numbers show
 
 # %%
-fid = table["FID (torch-fidelity)"]
 lines = []
 
 
-def cmp(a, b):
-    if a in fid.index and b in fid.index:
-        better = fid[a] < fid[b]
-        return (f"- {a}: {fid[a]:.2f} vs {b}: {fid[b]:.2f}: replacing {a if better else b} gave the lower FID "
-                + ("(the paper's direction" if better else "(the paper's is the opposite")
-                + "; one model, one sample set, no interval: descriptive, not a verdict).")
-    return None
+def compare(a: str, b: str) -> None:
+    A, B = arms.get(a), arms.get(b)
+    if not A or not B:
+        return
+    fa, fb = A["fid_bootstrap"], B["fid_bootstrap"]
+    overlap = not (fa["ci"][1] < fb["ci"][0] or fb["ci"][1] < fa["ci"][0])
+    better = fa["value"] < fb["value"]
+    lines.append(f"- {name(A)}: {ci(fa, '{:.2f}')} vs {name(B)}: {ci(fb, '{:.2f}')}: "
+                 + (("lower, the paper's direction" if better else "higher, against the paper's direction")
+                    + ("; the intervals overlap." if overlap else "; the intervals do not overlap.")))
 
 
-for a, b in (("[1, 500]", "[500, 1000]"), ("[10, 100]", "[100, 500]")):
-    line = cmp(a, b)
-    if line:
-        lines.append(line)
-ranges_only = fid.drop("no replacement", errors="ignore")
-if len(ranges_only):
-    best = ranges_only.idxmin()
-    lines.append(f"- The best range is {best} ({fid[best]:.2f}); the paper's best is [1, 10]."
-                 + (" Agreement." if best == "[1, 10]" else ""))
-if "no replacement" in fid.index:
-    lines.append(f"- Without replacement: {fid['no replacement']:.2f}.")
+compare("t1-500", "t500-1000")
+compare("t10-100", "t100-500")
+ranges = [a for a in res["arms"] if a["kind"] == "range"]
+if ranges:
+    best = min(ranges, key=lambda a: a["fid_bootstrap"]["value"])
+    lines.append(f"- Lowest FID among the ranges: {name(best)} ({ci(best['fid_bootstrap'], '{:.2f}')}); the paper's best is "
+                 "[1, 10].")
+fin, none = arms["final"], arms["none"]
+lines.append(f"- The control, final step only: {ci(fin['fid_bootstrap'], '{:.2f}')}, with {100 * fin['copies']:.0f}% exact "
+             f"copies of the held-out images: the held-out set's own FID at {n} samples. The model alone: "
+             f"{ci(none['fid_bootstrap'], '{:.2f}')}.")
+for a in ranges:
+    mf = a["minus_final"]
+    at_floor = mf["ci"][0] <= 0 <= mf["ci"][1]
+    lines.append(f"- {name(a)} ({a['chain_steps']} steps replaced, final step excluded): {a['fid_bootstrap']['value']:.2f}, "
+                 f"{mf['value']:+.2f} [{mf['ci'][0]:+.2f}, {mf['ci'][1]:+.2f}] against the control; RMS distance to the "
+                 f"injected image {a['rms_to_heldout']['mean']:.3f}"
+                 + (" (a copy, up to noise): trivially at the floor." if at_floor and a["rms_to_heldout"]["mean"] < 0.05
+                    else ": indistinguishable from the control." if at_floor
+                    else f"; {a['minus_none']['value']:+.2f} [{a['minus_none']['ci'][0]:+.2f}, "
+                         f"{a['minus_none']['ci'][1]:+.2f}] against the model alone "
+                         f"({100 * a['minus_none']['value'] / none['fid_bootstrap']['value']:+.0f}%)."))
 c1, c2 = np.array(post["c1"]), np.array(post["c2"])
 cross = int(t[c1 > c2].max()) if (c1 > c2).any() else None
-lines.append(f"- The x0 coefficient exceeds the x_t coefficient only for t <= {cross}" if cross is not None
+lines.append(f"- The x0 coefficient exceeds the x_t coefficient only for t <= {cross}." if cross is not None
              else "- The x0 coefficient never exceeds the x_t coefficient.")
+if floor:
+    lines.append(f"- The study's held-out floor: {floor['value']:.2f} [{floor['ci'][0]:.2f}, {floor['ci'][1]:.2f}] at "
+                 f"{floor.get('num_samples')} samples.")
+else:
+    lines.append("- Floor not computed in this study; the final-step control above is the held-out FID at this count.")
 display(Markdown("\n".join(lines)))

@@ -132,8 +132,8 @@ SLURM_TEST_ARGS = [
 # stay one SLURM job each: train cannot be grouped (fine-tuning runs start from the reference
 # model through `slots`, which would make a group depend on itself), nor profile_losses.
 CLUSTER_PROFILE = Path(__file__).resolve().parent.parent / "workflow" / "profiles" / "cluster" / "config.yaml"
-CPU_STUDY_GROUPS = ["sample_score=eval", "evaluate_progress=progress", "sample_score_contribution=contrib"]
-CPU_STUDY_COMPONENTS = ["eval=3", "progress=6", "contrib=4"]
+CPU_STUDY_GROUPS = ["sample_score=eval", "evaluate_progress=progress"]
+CPU_STUDY_COMPONENTS = ["eval=3", "progress=6"]
 
 
 def cluster_profile_option(key: str):

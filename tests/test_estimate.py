@@ -112,7 +112,7 @@ def test_tiny_study_worked_by_hand():
     jobs = {k: r.jobs for k, r in rules.items()}
     assert jobs == {"prepare_data": 2, "run_config": 3, "train": 3, "train_features": 1, "reference_stats": 1,
                     "floor": 1, "sample_score": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
-                    "slots": 1, "interference": 1, "sample_score_contribution": 1,
+                    "slots": 1, "interference": 1, "contribution": 1,
                     "posterior": 1, "profile_predictions": 1, "consistency": 1, "verdicts": 1, "report": 9, "estimate": 1,
                     "index": 1, "all": 1}
     # train: 1000 images at batch 64 -> 16 steps = 1024 images per run; the reference 2000 at 128 -> 2048
@@ -123,7 +123,8 @@ def test_tiny_study_worked_by_hand():
     assert rules["sample_score"].images_sampled == 3 * 100 and rules["sample_score"].evaluations == 3 * 100 * 10
     # profile of the reference: t in 0, 10, ..., 90 and 99 -> 11 x 10 images; gradients at t = 0, 99 x 3 samples
     assert rules["profile_losses"].evaluations == 11 * 10 + 2 * 3
-    assert rules["sample_score_contribution"].evaluations == 500 * 10  # one range ("none"), default 500 samples
+    # no ranges: "none" and "final" from one T-step DDPM chain (the default), 500 samples
+    assert rules["contribution"].evaluations == 500 * 100 and rules["contribution"].images_sampled == 2 * 500
     net = network_cost(plan.runs["reference"].config, 8, 1)
     assert rules["train"].flops == (2 * 1024 + 2048) * net.train
     # sampling (DDIM-10) and both tools' feature passes of the same 100 images per run, one job each

@@ -155,7 +155,8 @@ def test_interference_matrix_known_answer():
 
 def test_interference_against_the_uniform_control_through_the_cli(tmp_path, capsys):
     """Seeds 0..2; the control scales every slot by 1 + c_s; fine-tuning slot 1 scales slot 1 by
-    0.9 and slot 2 by 1 + c_s + 0.5 + e_s: the excess over the control is 0.5 + e_s per seed."""
+    (1 + c_s) exp(-0.2) and slot 2 by (1 + c_s) exp(0.5 + e_s): the log-ratio against the control
+    is 0.5 + e_s per seed off the diagonal and -0.2 on it."""
     from timestep_lab.cli import main
     from timestep_lab.io import read_json
     from timestep_lab.studies.profile import PROFILE_FORMAT
@@ -170,7 +171,7 @@ def test_interference_against_the_uniform_control_through_the_cli(tmp_path, caps
 
     finetuned, controls = [], []
     for seed, c, e in ((0, 0.1, 0.0), (1, 0.2, 0.1), (2, 0.3, -0.1)):
-        ft = np.concatenate([np.full(50, 0.9), np.full(50, 1 + c + 0.5 + e)])
+        ft = (1 + c) * np.concatenate([np.full(50, math.exp(-0.2)), np.full(50, math.exp(0.5 + e))])
         finetuned.append(f"{seed}:1=" + write(f"ft{seed}", ft))
         controls.append(f"{seed}=" + write(f"ctl{seed}", ref * (1 + c)))
     (tmp_path / "slots.json").write_text(json.dumps({"slots": [list(s) for s in slots]}))
@@ -183,8 +184,9 @@ def test_interference_against_the_uniform_control_through_the_cli(tmp_path, caps
     off = res["off_diagonal"]
     assert off["n"] == 3 and off["diff"] == pytest.approx(0.5)
     assert (off["ci_low"], off["ci_high"]) == (pytest.approx(0.5 - half_width), pytest.approx(0.5 + half_width))
-    assert res["diagonal"]["diff"] == pytest.approx(-0.1 - 0.2)  # -0.1 vs the control's mean +0.2
+    assert res["diagonal"]["diff"] == pytest.approx(-0.2) and res["diagonal"]["sd"] == pytest.approx(0, abs=1e-9)
     assert res["excess"][0][1]["diff"] == pytest.approx(0.5)
+    assert [r[0][1] for r in res["per_seed"].values()] == pytest.approx([0.5, 0.6, 0.4])  # straight from the seeds
     np.testing.assert_allclose(res["control"], [0.2, 0.2])
     assert main(["interference-control", "--reference", write("ref", ref), "--finetuned", "1=" + write("x", ref),
                  "--controls", *controls, "--slots", str(tmp_path / "slots.json"), "--out", str(out)]) == 2
@@ -409,3 +411,125 @@ def test_x0_error_profile_mixed_heads(diffusion, images):
     assert all(heads["head_per_t"][t] == h for t, h in grid.items())
     assert sum(heads["win_counts"].values()) == len(res["timesteps"])
     assert res["predictions"]["mix"] == "mixed"
+
+
+# ------------------------------------------------------------------------------ optimal denoiser
+
+
+def test_optimal_denoiser_is_the_softmax_mean_and_the_floor_under_a_network(diffusion, images):
+    from timestep_lab.studies.optimal import EmpiricalDenoiser, GaussianDenoiser, optimal_profile
+
+    train = images[:12]
+    den = EmpiricalDenoiser(train, diffusion, chunk=3)
+    y = torch.from_numpy(train).permute(0, 3, 1, 2).double().div(127.5).sub(1).reshape(12, -1)
+    g = torch.Generator().manual_seed(0)
+    x_t, t = torch.randn(5, 1, 8, 8, generator=g, dtype=torch.float64), torch.tensor([0, 3, 20, 60, 99])
+    ab = diffusion.alpha_bar[t]
+    for i in range(5):  # brute force: weights of every training image, normalised in float64
+        d2 = ((x_t[i].reshape(1, -1) - ab[i].sqrt() * y) ** 2).sum(1)
+        w = torch.softmax(-d2 / (2 * (1 - ab[i])), 0)
+        torch.testing.assert_close(den.x0(x_t, t)[i].reshape(-1), w @ y)
+    prof = optimal_profile(train, diffusion, num_images=8, stride=10, seed=3)
+    a = diffusion.alpha_bar.numpy()[prof["timesteps"]]
+    np.testing.assert_allclose(prof["eps_mse"], np.asarray(prof["x0_mse"]) * a / (1 - a), rtol=1e-9)
+    assert prof["eps_mse"][0] < 1e-8  # at t = 0 the posterior finds the one image x_t came from
+    assert prof["x0_mse"][-1] > 0.5 * prof["x0_mse"][-1] + 0.0 and prof["x0_mse"][0] < prof["x0_mse"][-1]
+    # no network beats it: here a random tiny UNet and the zero network, on the same bank and noise
+    for net in (_tiny_unet(), Zero()):
+        p = loss_profile(net, diffusion, make_prediction("eps", T_SMALL), train, num_images=8, stride=10, seed=3)
+        assert all(m >= o - 1e-9 for m, o in zip(p["eps_mse"], prof["eps_mse"]))
+    # the Gaussian denoiser: a point at the data mean stays there; t = T-1 returns about the mean
+    gd = GaussianDenoiser(train, diffusion)
+    mu = y.mean(0).reshape(1, 1, 8, 8)
+    t0 = torch.tensor([50])
+    torch.testing.assert_close(gd.x0(diffusion.alpha_bar[50].sqrt() * mu, t0), mu)
+    x0_hat, eps_hat = gd(x_t[:1].float(), torch.tensor([99]))
+    assert x0_hat.shape == (1, 1, 8, 8) and eps_hat.dtype == torch.float32
+
+
+# ------------------------------------------------------------------------------ timestep contribution
+
+
+def test_branched_contribution_samples_equal_one_chain_per_arm(diffusion, images):
+    """Every arm forked from the shared chain is byte for byte the sample of its own chain with the
+    same range replaced; the final-step control returns the held-out images themselves."""
+    from timestep_lab.data import to_uint8
+    from timestep_lab.sampling import GroundTruth, StackedGenerator, reverse_loop, respaced_timesteps
+    from timestep_lab.studies.contribution import branched_samples, contribution_arms, heldout_distance, heldout_float
+
+    from timestep_lab.studies.optimal import GaussianDenoiser
+
+    den = GaussianDenoiser(images[6:], diffusion)  # a cheap stand-in for a network
+    held = images[:6]
+    gt = heldout_float(held, 6)
+    for method, steps, spacing, eta in (("ddpm", 40, "uniform", 1.0), ("ddim", 30, "quadratic", 0.0)):
+        used = respaced_timesteps(T_SMALL, steps, spacing).tolist()
+        arms = contribution_arms([[1, 500], [500, 1000], [100, 500]], T_SMALL, used, min_steps=2)
+        assert [a.label for a in arms] == ["none", "final", "t1-500", "t500-1000", "t100-500"]
+        assert arms[1].replaced == (0, 0) and arms[2].replaced[0] == 1  # the final step is left out
+        out = branched_samples(den, diffusion, arms, image_shape=(1, 8, 8), seeds=list(range(6)), gt_images=gt,
+                               method=method, steps=steps, eta=eta, spacing=spacing, batch_size=4)
+        for arm in arms:
+            want = [reverse_loop(den, diffusion, StackedGenerator(list(s)), (1, 8, 8), method=method, eta=eta,
+                                 steps=steps, spacing=spacing,
+                                 gt=GroundTruth(gt[s.start:s.stop], *arm.replaced) if arm.replaced else None)
+                    for s in (range(0, 4), range(4, 6))]
+            np.testing.assert_array_equal(out[arm.label], to_uint8(torch.cat(want)).permute(0, 2, 3, 1).numpy(),
+                                          err_msg=f"{method} {arm.label}")
+        assert heldout_distance(out["final"], held)["copy"].all()  # the control: the held-out images
+        assert not heldout_distance(out["none"], held)["copy"].any()
+    with pytest.raises(ValueError, match=r"\[1, 10\].*holds 0 step"):
+        contribution_arms([[1, 10]], T_SMALL, respaced_timesteps(T_SMALL, 10).tolist())
+
+
+# ------------------------------------------------------------------------------ consistency over models
+
+
+def test_consistency_test_counts_models_and_separates_the_shared_solution():
+    from timestep_lab.studies.consistency import consistency_test, jackknife_over_models
+
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 256, size=(40, 4, 4, 1)).astype(float)  # what every model maps noise i to
+
+    def model(spread):
+        return np.clip(base + rng.normal(0, spread, base.shape), 0, 255).astype(np.uint8)
+
+    sets = {f"m{i}": model(10) for i in range(4)}
+    control = {"shared": np.clip(base, 0, 255).astype(np.uint8), "far": model(80)}
+    res = consistency_test(sets, control, permutations=99, seed=1)
+    t = res["pixel"]["test"]
+    assert t["n"] == 4 and t["unit"] == "models" and t["pairs"] == 6  # models, not pairs
+    assert t["ci_low"] < t["diff"] < t["ci_high"] < 0 and t["p"] == pytest.approx(1 / 100)
+    assert len(t["per_pair"]) == 6
+    # every model is closer to the shared solution than to the others: that explains the pairing
+    assert res["pixel"]["controls"]["shared"]["closer_to_each_other"]["diff"] > 0
+    assert res["pixel"]["controls"]["far"]["closer_to_each_other"]["ci_high"] < 0
+    # unrelated models: no pairing effect, the permutation p is not small
+    null = consistency_test({f"m{i}": rng.integers(0, 256, size=(40, 4, 4, 1), dtype=np.uint8) for i in range(3)},
+                            permutations=99, seed=2)["pixel"]["test"]
+    assert null["p"] > 0.05 and null["n"] == 3
+    # the jackknife: leaving one model out of 3 leaves one pair; known answer
+    jk = jackknife_over_models(["a", "b", "c"], {("a", "b"): 1.0, ("a", "c"): 2.0, ("b", "c"): 3.0})
+    assert jk["diff"] == pytest.approx(2.0) and jk["se"] == pytest.approx(math.sqrt(2 / 3 * 2.0))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # clean-fid passes scipy's deprecated disp=
+def test_bootstrap_fid_is_paired_and_centred_on_the_full_sample():
+    from types import SimpleNamespace
+
+    from cleanfid.fid import frechet_distance
+
+    from timestep_lab.metrics import bootstrap_fid
+
+    rng = np.random.default_rng(0)
+    ref = SimpleNamespace(arrays={"tf_mu": np.zeros(4), "tf_sigma": np.eye(4)})
+    a = rng.normal(0.5, 1.0, (300, 4))
+    b = a + rng.normal(0.0, 0.05, a.shape)  # nearly the same samples: a paired difference is tight
+    res = bootstrap_fid({"a": a, "b": b, "c": a}, ref, replicates=60, seed=1)
+    fa = res["fid"]["a"]
+    assert fa["value"] == pytest.approx(frechet_distance(a.mean(0), np.cov(a, rowvar=False), np.zeros(4), np.eye(4)))
+    assert fa["ci"][0] <= fa["value"] <= fa["ci"][1] and fa["bias"] > 0  # resampling inflates FID
+    assert res["diff"]["a-c"] == {"value": 0.0, "ci": [0.0, 0.0], "sd": 0.0, "bias": 0.0}  # identical sets
+    width = lambda d: d["ci"][1] - d["ci"][0]  # noqa: E731
+    assert width(res["diff"]["b-a"]) < 0.5 * width(fa)  # pairing removes the shared sampling noise
+    assert res["n"] == 300 and res["replicates"] == 60

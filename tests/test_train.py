@@ -284,3 +284,18 @@ def test_sigusr1_also_stops_and_the_result_says_so(tiny_cfg, tmp_path, monkeypat
     res = train(tiny_cfg, tmp_path / "run", progress=False)
     assert res.status == "interrupted" and res.nimg == 96
     assert "stopped by SIGUSR1 at 0.096 kimg (step 3)" in res.message and "rerun to continue" in res.message
+
+
+def test_mixed_snapshots_carry_their_head_table_and_sample(digits_dir, tmp_path):
+    """A mixed model's snapshot is sampled like model.pt (its own measured per-t head table), so
+    its FID can be followed during training."""
+    from timestep_lab.checkpoints import load_for_inference
+
+    cfg = tiny_config(digits_dir, diffusion={"num_timesteps": 100, "prediction": "mixed"},
+                      train={"total_kimg": 0.32, "snapshot_every_kimg": 0.16})
+    train(cfg, tmp_path / "run", progress=False)
+    snap = sorted((tmp_path / "run" / "snapshots").glob("snapshot-*.pt"))[0]
+    obj = load_torch(snap)
+    assert obj["mixed_head_per_t"].shape == (100,) and obj["mixed_head_errors"].shape == (3, 100)
+    loaded = load_for_inference(snap)  # no "mixed model without a measured per-t head table"
+    assert loaded.prediction.head_per_t.tolist() == obj["mixed_head_per_t"].tolist()

@@ -92,6 +92,53 @@ def test_derived_runs_for_the_analyses():
         study_runs(s)
 
 
+def test_group_progress_cadence_long_reference_and_continuation_control():
+    s = study(a={"grid": {"sampler": ["uniform", "speed"]}, "progress": True},
+              b={"grid": {"batch_size": [16, 64]}, "progress": True, "progress_every_kimg": 1})
+    s["reference"] = {"overrides": {"train.total_kimg": 16}, "progress_every_kimg": 4}
+    s["analyses"] = {"batch_size": {"small": 16, "control": True, "overrides": {"train.total_kimg": 1}}}
+    runs = study_runs(s)
+    # a run in both groups gets the densest spacing; a run of one group its group's own
+    assert runs["uniform_none_eps_b64_linear_s0"].config["train"]["snapshot_every_kimg"] == 1
+    assert runs["speed_none_eps_b64_linear_s0"].config["train"]["snapshot_every_kimg"] == 2
+    ref = runs["reference"]
+    assert ref.progress and ref.config["train"]["snapshot_every_kimg"] == 4 and ref.config["train"]["total_kimg"] == 16
+    ctl, tz = runs["uniform_from-uniform_none_eps_b16_linear_s0"], runs["toward_zero_from-uniform_none_eps_b16_linear_s0"]
+    assert ctl.init_from == tz.init_from == "uniform_none_eps_b16_linear_s0" and ctl.groups == ("batch_size",)
+    assert ctl.config["timesteps"] == {"name": "uniform"} and ctl.config["train"]["total_kimg"] == 1
+    assert {k: v for k, v in ctl.config.items() if k != "timesteps"} == \
+        {k: v for k, v in tz.config.items() if k != "timesteps"}  # the same continuation, t uniform
+    assert not ctl.extra.get("control")  # not a slot-analysis control
+    s["reference"]["pretrained"] = "some/checkpoint.pt"
+    assert not study_runs(s)["reference"].progress  # a pretrained reference has no training to follow
+
+
+def test_contribution_arms_leave_out_the_final_step_and_need_steps():
+    from timestep_lab.workflow import contribution_ranges
+
+    s = study()
+    s["analyses"] = {"timestep_contribution": {"ranges": [[1, 500], [10, 100]], "min_steps": 3}}
+    assert contribution_ranges(s) == {"none": None, "final": (0, 0), "t1-500": (1, 49), "t10-100": (1, 9)}
+    s["analyses"]["timestep_contribution"]["ranges"] = [[1, 10]]  # t = 0 alone at T = 100: the final step
+    with pytest.raises(ConfigError, match=r"\[1, 10\] .*nothing once the final step is left out"):
+        contribution_ranges(s)
+    s["analyses"]["timestep_contribution"] = {"ranges": [[10, 100]], "sample": {"steps": 10}, "min_steps": 2}
+    with pytest.raises(ConfigError, match=r"holds 0 step\(s\) of the 10-step chain"):  # 0, 11, 22, ...
+        contribution_ranges(s)
+    s["analyses"]["timestep_contribution"]["sample"]["spacing"] = "quadratic"  # dense near 0: 0, 1, 5, 11, ...
+    assert contribution_ranges(s)["t10-100"] == (1, 9)
+
+
+def test_chain_timesteps_match_the_sampler():
+    from timestep_lab.sampling import respaced_timesteps
+    from timestep_lab.timeranges import chain_timesteps
+
+    for T in (10, 100, 1000):
+        for steps in (None, 1, 2, 3, 7, 20, 99, 100, 250):
+            for spacing in ("uniform", "quadratic"):
+                assert chain_timesteps(T, steps, spacing) == respaced_timesteps(T, steps, spacing).tolist()
+
+
 def test_scale_range_maps_paper_ranges_to_T():
     assert scale_range(1, 1000, 1000) == (0, 999)
     assert scale_range(1, 10, 1000) == (0, 9)

@@ -32,9 +32,9 @@ from timestep_lab.data import to_float, to_uint8
 from timestep_lab.io import atomic_path
 from timestep_lab.predictions import MixedPrediction, Prediction
 from timestep_lab.samples_file import load_samples, save_samples
-from timestep_lab.solvers import make_solver, respaced_timesteps
+from timestep_lab.solvers import SPACINGS, Chain, GroundTruth, make_solver, respaced_timesteps, reverse_step
 
-__all__ = ["StackedGenerator", "respaced_timesteps", "Denoiser", "reverse_loop", "sample_images",
+__all__ = ["StackedGenerator", "SPACINGS", "respaced_timesteps", "Denoiser", "Chain", "reverse_step", "reverse_loop", "sample_images",
            "GroundTruth", "save_grid", "save_samples", "load_samples", "generate"]
 
 
@@ -45,6 +45,15 @@ class StackedGenerator:
     def __init__(self, seeds: list[int] | Tensor, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
         self.gens = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
+
+    def clone(self) -> "StackedGenerator":
+        """An independent copy at the same point of every row's stream (its next draws equal this one's)."""
+        out = StackedGenerator([], self.device)
+        for g in self.gens:
+            c = torch.Generator(device=self.device)
+            c.set_state(g.get_state())
+            out.gens.append(c)
+        return out
 
     def randn(self, shape: tuple[int, ...], to: torch.device | str | None = None) -> Tensor:
         """``[B, *shape]`` standard normal, row i from generator i; moved to ``to`` if given. From
@@ -84,28 +93,20 @@ class Denoiser:
         return x0_hat, eps_hat
 
 
-@dataclass
-class GroundTruth:
-    """Replace x0_hat by ``x0 [B, C, H, W]`` for original timesteps in ``[lo, hi]`` (inclusive)."""
-
-    x0: Tensor
-    lo: int
-    hi: int
-
-
 @torch.no_grad()
 def reverse_loop(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: Any,
                  noise: StackedGenerator, shape: tuple[int, ...], *, method: str = "ddpm", steps: int | None = None,
                  eta: float = 1.0, gt: GroundTruth | None = None, device: torch.device | str = "cpu",
-                 on_step: Callable[[int], None] | None = None) -> Tensor:
+                 on_step: Callable[[int], None] | None = None, spacing: str = "uniform") -> Tensor:
     """Run the reverse sampler ``method`` (:mod:`timestep_lab.solvers`) for one batch; returns x_0 as
     float ``[B, *shape]`` in about [-1, 1]. ``noise`` supplies the initial x_T and every step's noise,
-    per sample."""
+    per sample; ``spacing`` places the ``steps`` of DDPM and DDIM (:func:`respaced_timesteps`)."""
     solver = make_solver(method)
     if diffusion.kind not in solver.kinds:
         raise ValueError(f"reverse sampler {method!r} does not apply to a {diffusion.kind} process "
                          f"(it applies to {', '.join(solver.kinds)})")
-    return solver.run(denoise, diffusion, noise, shape, steps=steps, eta=eta, gt=gt, device=device, on_step=on_step)
+    return solver.run(denoise, diffusion, noise, shape, steps=steps, eta=eta, gt=gt, device=device, on_step=on_step,
+                      spacing=spacing)
 
 
 def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: Any, *,

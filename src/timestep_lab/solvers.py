@@ -6,8 +6,9 @@ Every solver runs one batch: ``solver.run(denoise, process, noise, shape, steps=
 where ``denoise(x_t, t) -> (x0_hat, eps_hat)`` and ``noise`` supplies each sample's initial and
 per-step noise (:class:`timestep_lab.sampling.StackedGenerator`).
 
-DDPM step (Ho et al. 2020, eq. 6-7, fixed variance), respaced to ``steps`` evenly spaced original
-timesteps (iDDPM ``space_timesteps``)::
+DDPM step (Ho et al. 2020, eq. 6-7, fixed variance), respaced to ``steps`` original timesteps
+(iDDPM ``space_timesteps``: evenly spaced; or ``quadratic``, DDIM's "quad" skip, dense near t = 0,
+for the contribution analysis' chain)::
 
     x_{s-1} = c1_s x0_hat + c2_s x_s + sigma_s z,    z ~ N(0, I), no noise at the last step
 
@@ -44,22 +45,30 @@ from torch import Tensor
 from timestep_lab.diffusion import GaussianDiffusion
 from timestep_lab.registry import Registry
 
-__all__ = ["SOLVERS", "Solver", "respaced_timesteps", "make_solver"]
+__all__ = ["SOLVERS", "Solver", "SPACINGS", "respaced_timesteps", "make_solver", "GroundTruth", "Chain", "reverse_step"]
 
 Denoise = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 SOLVERS: Registry["Solver"] = Registry("reverse sampler")
 
 
-def respaced_timesteps(T: int, steps: int | None) -> Tensor:
-    """``steps`` evenly spaced original timesteps in ``[0, T-1]`` (all T when ``steps`` is None),
-    increasing, always including 0 and T-1."""
+SPACINGS = ("uniform", "quadratic")
+
+
+def respaced_timesteps(T: int, steps: int | None, spacing: str = "uniform") -> Tensor:
+    """``steps`` original timesteps in ``[0, T-1]`` (all T when ``steps`` is None), increasing,
+    always including 0 and T-1: evenly spaced (``uniform``), or ``quadratic``,
+    ``round((i / (steps-1))^2 (T-1))`` (DDIM's "quad" skip, dense near t = 0), duplicates removed
+    (so a quadratic chain can hold a few fewer than ``steps``)."""
+    if spacing not in SPACINGS:
+        raise ValueError(f"spacing must be one of {', '.join(SPACINGS)}, got {spacing!r}")
     if steps is None or steps >= T:
         return torch.arange(T)
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if steps == 1:
         return torch.tensor([T - 1])
-    return torch.unique(torch.round(torch.linspace(0, T - 1, steps, dtype=torch.float64)).long())
+    u = torch.linspace(0, 1, steps, dtype=torch.float64)
+    return torch.unique(torch.round((u if spacing == "uniform" else u * u) * (T - 1)).long())
 
 
 @dataclass(frozen=True)
@@ -83,10 +92,10 @@ class Solver:
 
     def run(self, denoise: Denoise, process: Any, noise: Any, shape: tuple[int, ...], *, steps: int | None = None,
             eta: float = 1.0, gt: Any = None, device: torch.device | str = "cpu",
-            on_step: Callable[[int], None] | None = None) -> Tensor:
+            on_step: Callable[[int], None] | None = None, spacing: str = "uniform") -> Tensor:
         """x_0 as float ``[B, *shape]`` (about [-1, 1]) for one batch."""
         return self.loop(denoise, process, noise, shape, steps=steps, eta=eta, gt=gt, device=torch.device(device),
-                         on_step=on_step)
+                         on_step=on_step, spacing=spacing)
 
 
 def _respaced_count(process: Any, steps: int | None) -> int:
@@ -117,23 +126,64 @@ def _ddim_step(x, x0_hat, eps_hat, *, i, ab, sub, z, eta):
     return x + sigma * z if z is not None and sigma > 0 else x
 
 
-def _respaced_loop(step: Callable[..., Tensor]):
-    """The reverse loop over the respaced timesteps, one ``step`` (DDPM or DDIM) per timestep."""
+_STEPS = {"ddpm": _ddpm_step, "ddim": _ddim_step}
 
-    def loop(denoise, diffusion, noise, shape, *, steps, eta, gt, device, on_step):
-        used = respaced_timesteps(diffusion.T, steps)
+
+@dataclass
+class GroundTruth:
+    """Replace x0_hat by ``x0 [B, C, H, W]`` for original timesteps in ``[lo, hi]`` (inclusive)."""
+
+    x0: Tensor
+    lo: int
+    hi: int
+
+
+@dataclass
+class Chain:
+    """The respaced reverse chain: ``used [S]`` original timesteps (increasing; step ``i`` denoises
+    at ``used[i]``, the last step is ``i = 0``), ``ab [S]`` their alpha-bar and ``sub`` the respaced
+    process (indices ``0..S-1``)."""
+
+    used: Tensor
+    ab: Tensor
+    sub: GaussianDiffusion
+
+    @classmethod
+    def of(cls, diffusion: GaussianDiffusion, steps: int | None, spacing: str = "uniform") -> "Chain":
+        used = respaced_timesteps(diffusion.T, steps, spacing)
         ab = diffusion.alpha_bar[used]
-        sub = GaussianDiffusion(ab, diffusion.variance)  # the respaced process, indices 0..len(used)-1
+        return cls(used, ab, GaussianDiffusion(ab, diffusion.variance))
+
+    def __len__(self) -> int:
+        return len(self.used)
+
+
+@torch.no_grad()
+def reverse_step(denoise: Denoise, diffusion: GaussianDiffusion, chain: Chain, i: int, x: Tensor, noise: Any, *,
+                 method: str = "ddpm", eta: float = 1.0, gt: GroundTruth | None = None) -> Tensor:
+    """One DDPM or DDIM step ``x_{used[i]} -> x_{used[i-1]}`` (``x_0`` at ``i = 0``) of ``x [B,
+    *shape]``; draws the step's noise from ``noise`` (none at ``i = 0``). Inside ``gt``'s range
+    the true x0 replaces the prediction and the network is not called. The contribution analysis
+    forks chains between steps (:mod:`timestep_lab.studies.contribution`)."""
+    B, device = x.shape[0], x.device
+    t_orig = torch.full((B,), int(chain.used[i]), device=device, dtype=torch.long)
+    if gt is not None and gt.lo <= int(chain.used[i]) <= gt.hi:
+        x0_hat = gt.x0.to(device)
+        eps_hat = diffusion.eps_from_x0(x, t_orig, x0_hat)
+    else:
+        x0_hat, eps_hat = denoise(x, t_orig)
+    z = noise.randn(tuple(x.shape[1:]), to=device) if i > 0 else None
+    return _STEPS[method](x, x0_hat, eps_hat, i=i, ab=chain.ab, sub=chain.sub, z=z, eta=eta)
+
+
+def _respaced_loop(method: str):
+    """The reverse loop over the respaced timesteps, one DDPM or DDIM step per timestep."""
+
+    def loop(denoise, diffusion, noise, shape, *, steps, eta, gt, device, on_step, spacing="uniform"):
+        chain = Chain.of(diffusion, steps, spacing)
         x = noise.randn(shape, to=device)
-        B = x.shape[0]
-        for i in reversed(range(len(used))):
-            t_orig = torch.full((B,), int(used[i]), device=device, dtype=torch.long)
-            x0_hat, eps_hat = denoise(x, t_orig)
-            if gt is not None and gt.lo <= int(used[i]) <= gt.hi:
-                x0_hat = gt.x0.to(device)
-                eps_hat = diffusion.eps_from_x0(x, t_orig, x0_hat)
-            z = noise.randn(shape, to=device) if i > 0 else None
-            x = step(x, x0_hat, eps_hat, i=i, ab=ab, sub=sub, z=z, eta=eta)
+        for i in reversed(range(len(chain))):
+            x = reverse_step(denoise, diffusion, chain, i, x, noise, method=method, eta=eta, gt=gt)
             if on_step is not None:
                 on_step(i)
         return x
@@ -143,12 +193,12 @@ def _respaced_loop(step: Callable[..., Tensor]):
 
 @SOLVERS.register("ddpm")
 def _ddpm(_params) -> Solver:
-    return Solver("ddpm", ("gaussian",), _respaced_loop(_ddpm_step), _respaced_count)
+    return Solver("ddpm", ("gaussian",), _respaced_loop("ddpm"), _respaced_count)
 
 
 @SOLVERS.register("ddim")
 def _ddim(_params) -> Solver:
-    return Solver("ddim", ("gaussian",), _respaced_loop(_ddim_step), _respaced_count)
+    return Solver("ddim", ("gaussian",), _respaced_loop("ddim"), _respaced_count)
 
 
 # ---------------------------------------------------------------- flow: Euler and Heun
@@ -164,7 +214,13 @@ def _velocity(denoise: Denoise, flow: Any, x: Tensor, sigma: float, gt: Any, dev
     return eps_hat - x0_hat
 
 
-def _euler_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step):
+def _uniform_only(spacing: str) -> None:
+    if spacing != "uniform":
+        raise ValueError(f"the flow solvers step on the flow's own sigma grid; spacing {spacing!r} does not apply")
+
+
+def _euler_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step, spacing="uniform"):
+    _uniform_only(spacing)
     sig = flow.inference_sigmas(steps).tolist()
     x = noise.randn(shape, to=device)  # x at sigma = 1 is pure noise
     n = len(sig) - 1
@@ -175,7 +231,8 @@ def _euler_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step)
     return x
 
 
-def _heun_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step):
+def _heun_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step, spacing="uniform"):
+    _uniform_only(spacing)
     sig = flow.inference_sigmas(steps).tolist()
     x = noise.randn(shape, to=device)
     n = len(sig) - 1

@@ -11,7 +11,7 @@ when it builds the DAG).
 
 from __future__ import annotations
 
-__all__ = ["scale_range"]
+__all__ = ["scale_range", "chain_timesteps"]
 
 
 def scale_range(lo: int, hi: int, T: int, T_paper: int = 1000) -> tuple[int, int]:
@@ -24,3 +24,14 @@ def scale_range(lo: int, hi: int, T: int, T_paper: int = 1000) -> tuple[int, int
     a = max(0, min(T - 1, int(round((lo - 1) * f))))
     b = max(a, min(T - 1, int(round(hi * f)) - 1))
     return a, b
+
+
+def chain_timesteps(T: int, steps: int | None, spacing: str = "uniform") -> list[int]:
+    """The original timesteps of a respaced reverse chain, increasing (the same list as
+    :func:`timestep_lab.sampling.respaced_timesteps`, without torch, for checks at DAG build)."""
+    if steps is None or steps >= T:
+        return list(range(T))
+    if steps == 1:
+        return [T - 1]
+    u = [i / (steps - 1) for i in range(steps)]
+    return sorted({int(round((x if spacing == "uniform" else x * x) * (T - 1))) for x in u})

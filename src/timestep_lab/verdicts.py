@@ -192,13 +192,17 @@ def interference_effect(analysis: Mapping[str, Any] | None) -> dict[str, Any] | 
     over seeds of the mean off-diagonal relative loss change, slot fine-tune minus uniform control."""
     if not analysis or not analysis.get("off_diagonal"):
         return None
-    return {**analysis["off_diagonal"], "units": "relative loss change of the other slots, slot fine-tune - control"}
+    units = analysis["off_diagonal"].get("units") or "relative loss change of the other slots, slot fine-tune - control"
+    return {**analysis["off_diagonal"], "units": units}
 
 
 def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel") -> dict[str, Any] | None:
     """The consistency claim's effect from ``consistency.json``: over the model pairs, the mean of
     ``paired - unpaired`` sample distance (``space`` pixel or feature), with a 95% t-interval over
     pairs (pairs share models, so the interval is optimistic; docs/methods.md §9.5)."""
+    test = ((analysis or {}).get(space) or {}).get("test")
+    if test and test.get("n"):  # the test over models (studies/consistency.py): n counts models, not pairs
+        return {**test, "units": f"{space} distance, paired - unpaired (jackknife over models)"}
     pairs = [p for p in (analysis or {}).get("pairs", []) if p.get(space)]
     if not pairs:
         return None

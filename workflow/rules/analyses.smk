@@ -29,14 +29,41 @@ rule profile_losses:
         " {params.bank:q} --out={output:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
-rule slots:
-    """10 consecutive slots of equal summed eps-MSE of the reference model (seed Table 1)."""
+rule optimal_profile:
+    """Per-t losses of the training set's optimal denoiser on the profile bank: the floor under every
+    model's loss (docs/methods.md 3.1)."""
     input:
-        f"{RES}/analyses/profiles/reference.json",
+        model=model_input("reference"),
+        data=manifest(config["data"]["train_split"]),
+    output:
+        OPTIMAL_PROFILE,
+    params:
+        model=lambda wc: model_path("reference"),
+        fmt=model_format("reference"),
+        data=parent_dir("data"),
+        bank=profile_args("optimal"),
+    log:
+        f"{LOGS}/optimal_profile/optimal_profile.log",
+    benchmark:
+        f"{BENCH}/optimal_profile/optimal_profile.tsv",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab optimal-profile --model {params.model:q} --format {params.fmt:q} --data {params.data:q}"
+        " {params.bank:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule slots:
+    """10 consecutive slots of equal summed eps-MSE of the reference model (seed Table 1), and of its
+    excess over the optimal denoiser when that is profiled."""
+    input:
+        profile=f"{RES}/analyses/profiles/reference.json",
+        optimal=optimal_inputs(),
     output:
         f"{RES}/analyses/slots.json",
     params:
         n=AN.get("slots", {}).get("n_slots", 10),
+        optimal=lambda wc, input: W.opt("--optimal", input.optimal[0] if input.optimal else None),
     log:
         f"{LOGS}/slots/slots.log",
     benchmark:
@@ -44,7 +71,8 @@ rule slots:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab slots --profile={input:q} --n-slots={params.n:q} --out={output:q} > {log:q} 2>&1"
+        "python -m timestep_lab slots --profile={input.profile:q} --n-slots={params.n:q} {params.optimal:q}"
+        " --out={output:q} > {log:q} 2>&1"
 
 
 rule interference:
@@ -95,39 +123,40 @@ rule interference_control:
         " --controls {params.controls:q} --slots={input.slots:q} --out={output:q} > {log:q} 2>&1"
 
 
-rule sample_score_contribution:
-    """Samples of the reference with the true x0 of held-out images inside one t range (Fig. 3a),
-    scored in the same job (samples.npz, samples.png and metrics.json, as rule sample_score)."""
+rule contribution:
+    """Ground-truth replacement per t range along one shared chain of the reference, with the final
+    step only as the control and "none" as the model alone (Fig. 3a; docs/methods.md 3.4): every
+    arm's samples, grid and metrics, and contribution.json with the intervals."""
     input:
         model=model_input("reference"),
         gt=manifest(config["data"]["test_split"] or config["data"]["train_split"]),
         reference=f"{RES}/eval/reference.npz",
         weights=feature_weights_input(),
     output:
-        npz=f"{RES}/analyses/contribution/{{label}}/samples.npz",
-        png=f"{RES}/analyses/contribution/{{label}}/samples.png",
-        metrics=f"{RES}/analyses/contribution/{{label}}/metrics.json",
+        json=f"{RES}/analyses/contribution.json",
+        npz=expand(f"{RES}/analyses/contribution/{{label}}/samples.npz", label=list(CONTRIB_RANGES)),
+        png=expand(f"{RES}/analyses/contribution/{{label}}/samples.png", label=list(CONTRIB_RANGES)),
+        metrics=expand(f"{RES}/analyses/contribution/{{label}}/metrics.json", label=list(CONTRIB_RANGES)),
     params:
         model=lambda wc: model_path("reference"),
         fmt=model_format("reference"),
-        gt=lambda wc: [f"--gt-data={prepared(config['data']['test_split'] or config['data']['train_split'])}",
-                       "--gt-range", str(CONTRIB_RANGES[wc.label][0]), str(CONTRIB_RANGES[wc.label][1])]
-        if CONTRIB_RANGES[wc.label] else [],
-        sets=eval_sample_overrides(AN.get("timestep_contribution", {}).get("num_samples", 500)),
+        gt=parent_dir("gt"),
+        out_dir=lambda wc, output: os.path.dirname(os.path.dirname(output.npz[0])),  # <out_dir>/<label>/samples.npz
+        args=contribution_args(),
         weights=weights_arg(),
     log:
-        f"{LOGS}/sample_score_contribution/{{label}}.log",
+        f"{LOGS}/contribution/contribution.log",
     benchmark:
-        f"{BENCH}/sample_score_contribution/{{label}}.tsv",
+        f"{BENCH}/contribution/contribution.tsv",
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab sample-score --model={params.model:q} --format={params.fmt:q} {params.gt:q}"
-        " --out={output.npz:q} --grid={output.png:q} {params.sets:q} --reference={input.reference:q}"
-        " {params.weights:q} --metrics={output.metrics:q} --threads={threads} --no-progress > {log:q} 2>&1"
+        "python -m timestep_lab contribution --model={params.model:q} --format={params.fmt:q} --gt-data={params.gt:q}"
+        " {params.args:q} --reference={input.reference:q} {params.weights:q} --out-dir={params.out_dir:q}"
+        " --out={output.json:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule posterior:
@@ -152,16 +181,18 @@ rule posterior:
 
 
 rule profile_predictions:
-    """Per-t x0 error of the eps, x0, v and mixed models and the winner per t (Sec. 2.2)."""
+    """Per-t x0 error of the eps, x0, v and mixed models and the winner per t (Sec. 2.2), and each
+    one's excess over the optimal denoiser when that is profiled."""
     input:
         models=[model_path(r) for r in prediction_runs().values()],
         data=manifest(config["data"]["train_split"]),
+        optimal=optimal_inputs(),
     output:
         f"{RES}/analyses/prediction_types.json",
     params:
         models=[f"{k}={model_path(r)}" for k, r in prediction_runs().items()],
         data=parent_dir("data"),
-        bank=profile_args("predictions"),
+        bank=lambda wc, input: profile_args("predictions") + W.opt("--optimal", input.optimal[0] if input.optimal else None),
     log:
         f"{LOGS}/profile_predictions/profile_predictions.log",
     benchmark:
@@ -177,15 +208,20 @@ rule profile_predictions:
 
 
 rule consistency:
-    """Same noise, different seeds/widths: paired vs unpaired sample distances (2404.07946)."""
+    """Same noise, different seeds/widths: paired vs unpaired sample distances, tested over models,
+    with the closed-form denoisers as "same early solution" controls (2404.07946; docs/methods.md 4.1)."""
     input:
         samples=[f"{run_dir(r)}/samples.npz" for r in consistency_runs()],
         weights=feature_weights_input(),
+        **consistency_control_inputs(),
     output:
-        f"{RES}/analyses/consistency.json",
+        json=f"{RES}/analyses/consistency.json",
+        **({"controls": f"{RES}/analyses/consistency_controls.npz"} if AN.get("consistency", {}).get("controls") else {}),
     params:
         samples=[f"{r}={run_dir(r)}/samples.npz" for r in consistency_runs()],
         weights=weights_arg() if trained_extractor() else [],
+        controls=lambda wc, input, output: consistency_control_args(input, output),
+        permutations=AN.get("consistency", {}).get("permutations", 999),
     log:
         f"{LOGS}/consistency/consistency.log",
     benchmark:
@@ -193,4 +229,5 @@ rule consistency:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab consistency --samples {params.samples:q} {params.weights:q} --out={output:q} > {log:q} 2>&1"
+        "python -m timestep_lab consistency --samples {params.samples:q} {params.weights:q} {params.controls:q}"
+        " --permutations={params.permutations:q} --out={output.json:q} > {log:q} 2>&1"

@@ -39,7 +39,7 @@ BENCH = f"{RES}/benchmarks"  # one Snakemake benchmark file per rule and job (be
 
 try:
     RUNS = W.study_runs(config, source=CONFIG_SOURCE)
-    CONTRIB_RANGES = W.contribution_ranges(config)  # ground-truth replacement ranges scaled to T
+    CONTRIB_RANGES = W.contribution_ranges(config)  # the contribution arms: label -> replaced t range
     if workflow.is_main_process:  # jobs re-read this file; their runs were checked when the DAG was built
         # registry names and parameters of every run, before any job runs. Checking builds the
         # cheap sampler objects, so it imports torch (2-4 s): only for run configs not recorded
@@ -199,6 +199,40 @@ def run_config_inputs(wildcards):
 
 AN = config["analyses"]
 PROFILE = AN.get("loss_profile", {})
+OPTIMAL_PROFILE = f"{RES}/analyses/profiles/optimal.json"
+
+
+def optimal_inputs():
+    """The optimal denoiser's profile as a (possibly empty) input list: only when profiled."""
+    return [OPTIMAL_PROFILE] if PROFILE.get("optimal") else []
+
+
+def contribution_args():
+    """The contribution command's ranges, sample count, chain and interval settings (a list of words)."""
+    spec = AN.get("timestep_contribution", {})
+    sample = spec.get("sample", {})
+    steps = sample.get("steps")
+    args = ["--ranges", *[str(x) for lo_hi in spec.get("ranges", []) for x in lo_hi],
+            "--num-samples", spec.get("num_samples", 500), "--method", sample.get("method", "ddpm"),
+            "--steps", "null" if steps is None else steps, "--eta", sample.get("eta", 1.0),
+            "--spacing", sample.get("spacing", "uniform"), "--min-steps", spec.get("min_steps", 2),
+            "--bootstrap", spec.get("bootstrap", 200)]
+    return [str(a) for a in args]
+
+
+def consistency_control_inputs():
+    """The training images and a model for the consistency controls (when analyses.consistency.controls)."""
+    if not AN.get("consistency", {}).get("controls") or not consistency_runs():
+        return {}
+    return {"control_data": manifest(config["data"]["train_split"]),
+            "control_model": model_path(consistency_runs()[0])}
+
+
+def consistency_control_args(input, output):
+    if "control_data" not in input.keys():
+        return []
+    return ["--control-data", os.path.dirname(input.control_data), "--control-model", input.control_model,
+            "--controls-out", output.controls]
 
 
 def model_format(run):

@@ -122,7 +122,9 @@ rule evaluate_progress:
         f"{RES}/runs/{{run}}/fid_progress.json",
     params:
         weights=weights_arg(),
-        sets=lambda wc: eval_sample_overrides(config["evaluation"]["progress_num_samples"], wc.run),
+        sets=lambda wc: eval_sample_overrides(config["evaluation"]["progress_num_samples"], wc.run)
+        + ([] if config["evaluation"].get("progress_kid_pr", True)
+           else ["--set", "eval.kid=false", "--set", "eval.precision_recall=false"]),
         events=lambda wc: f"{LOGS}/tensorboard/{wc.run}",  # beside the run's training curves
     log:
         f"{LOGS}/evaluate_progress/{{run}}.log",

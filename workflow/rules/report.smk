@@ -2,11 +2,13 @@
 # paths as parameters and converted to self-contained HTML; a jinja2 index per study.
 
 VERDICTS = f"{RES}/verdicts.json"  # every report shows the verdicts of the claims it covers
+SUMMARY = f"{RES}/summary.json"  # the held-out floor (summary["floor"]) every FID report's regime block reads
+TABLES = dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv", summary=SUMMARY, verdicts=VERDICTS)
 REPORTS_INPUTS = {
-    "sampler_comparison": dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv", verdicts=VERDICTS),
-    "schedules": dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv", verdicts=VERDICTS),
+    "sampler_comparison": dict(TABLES),
+    "schedules": dict(TABLES),
     "loss_profile": dict(profile=f"{RES}/analyses/profiles/reference.json", slots=f"{RES}/analyses/slots.json",
-                         verdicts=VERDICTS),
+                         verdicts=VERDICTS, **({"optimal": OPTIMAL_PROFILE} if optimal_inputs() else {})),
     "slot_finetune": dict(
         interference=f"{RES}/analyses/interference.json",
         slots=f"{RES}/analyses/slots.json",
@@ -14,27 +16,20 @@ REPORTS_INPUTS = {
         **({"interference_control": f"{RES}/analyses/interference_control.json"} if control_runs() else {}),
     ),
     "batch_size": dict(
-        metrics_csv=f"{RES}/metrics.csv",
-        runs_csv=f"{RES}/runs.csv",
+        TABLES,
         profiles=expand(f"{RES}/analyses/profiles/{{run}}.json", run=batch_size_runs()),
-        verdicts=VERDICTS,
+        **({"optimal": OPTIMAL_PROFILE} if optimal_inputs() else {}),
     ),
     "timestep_contribution": dict(
-        metrics=expand(f"{RES}/analyses/contribution/{{label}}/metrics.json", label=list(CONTRIB_RANGES)),
+        contribution=f"{RES}/analyses/contribution.json",
         posterior=f"{RES}/analyses/posterior.json",
+        summary=SUMMARY,
         verdicts=VERDICTS,
     ),
-    "prediction_types": dict(
-        profile=f"{RES}/analyses/prediction_types.json", metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv",
-        verdicts=VERDICTS,
-    ),
-    "consistency": dict(
-        consistency=f"{RES}/analyses/consistency.json", metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv",
-        verdicts=VERDICTS,
-    ),
+    "prediction_types": dict(TABLES, profile=f"{RES}/analyses/prediction_types.json"),
+    "consistency": dict(TABLES, consistency=f"{RES}/analyses/consistency.json"),
     "flow_matching": dict(
-        metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv", verdicts=VERDICTS,
-        run_configs=expand(f"{RES}/runs/{{run}}/run.yaml", run=group_runs("flow_matching")),
+        TABLES, run_configs=expand(f"{RES}/runs/{{run}}/run.yaml", run=group_runs("flow_matching")),
     ),
 }
 REPORT_NAMES = list(REPORTS_INPUTS)

@@ -24,7 +24,8 @@ rule experiments:
         f"{RES}/analyses/prediction_types.json",
         f"{RES}/analyses/consistency.json",
         f"{RES}/analyses/posterior.json",
-        expand(f"{RES}/analyses/contribution/{{label}}/metrics.json", label=list(CONTRIB_RANGES)),
+        f"{RES}/analyses/contribution.json",
+        optimal_inputs(),
         expand(f"{RES}/analyses/profiles/{{run}}.json", run=batch_size_runs()),
 
 

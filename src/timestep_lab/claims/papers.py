@@ -127,7 +127,9 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
           statement="a small batch trains a worse final model than a large one at equal images seen",
           direction="the smallest batch reaches a higher final FID than the base batch",
           # the plain small-batch run, not its retraining toward t = 0 (also batch-sized small)
-          group="batch_size", arm={"batch_size": "{smallest}", "arm!~": "toward_zero"}, baseline={"batch_size": "{base}"},
+          # the plain small-batch run, not its retraining toward t = 0 nor its uniform continuation (batch-sized small too)
+          group="batch_size", arm={"batch_size": "{smallest}", "arm!~": ["toward_zero", "_from-"]},
+          baseline={"batch_size": "{base}"},
           expected_sign=+1, judged_at="convergence", needs="groups.batch_size with two batch sizes",
           note="about the final model of a full training run: early in training the small batch's extra optimizer "
                "steps favour it whatever happens at convergence"),

@@ -1,5 +1,7 @@
-"""Analysis commands (the work is in ``timestep_lab.studies``): ``profile``, ``slots``,
-``interference``, ``interference-control``, ``predictions-profile``, ``consistency`` and ``posterior``. Paths in, paths out.
+"""Analysis commands (the work is in ``timestep_lab.studies``): ``profile``, ``optimal-profile``,
+``slots``, ``interference``, ``interference-control``, ``predictions-profile`` and ``posterior``.
+Paths in, paths out. The analyses that sample (``consistency``, ``contribution``) are in
+:mod:`timestep_lab.cli.sampled`.
 
 Registered into :data:`timestep_lab.cli.common.COMMANDS` on import. Must not know the entry
 (``timestep_lab.cli``) or other commands.
@@ -8,24 +10,13 @@ Registered into :data:`timestep_lab.cli.common.COMMANDS` on import. Must not kno
 from __future__ import annotations
 
 import argparse
-import itertools
+import json
 from pathlib import Path
 
-from timestep_lab.cli.common import FORMATS, at_least, command, device, log, runtime_args
+from timestep_lab.cli.common import FORMATS, at_least, command, device, log, named_paths as _pairs, runtime_args
 from timestep_lab.config import ConfigError
 from timestep_lab.errors import InputError
 from timestep_lab.io import atomic_write_json
-
-
-def _pairs(items: list[str], what: str) -> dict[str, str]:
-    """``["a=x", "b=y"] -> {"a": "x", "b": "y"}``."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise ConfigError(f"{what}: expected NAME=PATH, got {item!r}")
-        out[key] = value
-    return out
 
 
 def _bank_args(p: argparse.ArgumentParser) -> None:
@@ -88,6 +79,8 @@ def _slots_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=Path, required=True, help="profile JSON (from `profile`)")
     p.add_argument("--n-slots", type=at_least(1), default=10)
     p.add_argument("--key", default="eps_mse", help="which per-t loss to split (eps_mse, vlb_bpd, ...)")
+    p.add_argument("--optimal", type=Path, default=None,
+                   help="the optimal denoiser's profile (`optimal-profile`): also split the excess loss")
     p.add_argument("--out", type=Path, required=True)
 
 
@@ -100,12 +93,23 @@ def cmd_slots(args: argparse.Namespace) -> int:
     loss = profile_per_t(prof, args.key)
     slots = equal_loss_slots(loss, args.n_slots)
     T = int(prof["T"])
-    atomic_write_json(args.out, {
+    out = {
         "profile": str(args.profile), "key": args.key, "T": T, "n_slots": args.n_slots,
         "slots": [list(s) for s in slots], "sums": slot_sums(loss, slots), "total": float(loss.sum()),
         "paper_slots": [list(s) for s in PAPER_SLOTS],
         "paper_slots_scaled": [list(s) for s in scale_slots(PAPER_SLOTS, 1000, T)] if T != 1000 else None,
-    })
+    }
+    if args.optimal is not None:  # the same split of the loss above the optimal denoiser's (docs/methods.md 3.1)
+        opt = load_profile(args.optimal)
+        if opt["timesteps"] != prof["timesteps"] or opt.get("seed") != prof.get("seed") or \
+                opt.get("num_images") != prof.get("num_images"):
+            raise ConfigError(f"--optimal {args.optimal}: not measured on the bank and timesteps of {args.profile}")
+        excess = (loss - profile_per_t(opt, args.key)).clip(min=0.0)
+        ex_slots = equal_loss_slots(excess, args.n_slots)
+        out["excess"] = {"key": f"{args.key} - optimal {args.key} (clipped at 0)", "optimal": str(args.optimal),
+                         "slots": [list(s) for s in ex_slots], "sums": slot_sums(excess, ex_slots),
+                         "total": float(excess.sum()), "share_of_total": float(excess.sum() / max(loss.sum(), 1e-300))}
+    atomic_write_json(args.out, out)
     log.info("slots: %s", " ".join(f"[{a},{b}]" for a, b in slots))
     return 0
 
@@ -175,6 +179,7 @@ def cmd_interference_control(args: argparse.Namespace) -> int:
 
 def _predictions_profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", nargs="+", required=True, metavar="NAME=MODEL", help="e.g. eps=runs/a/model.pt")
+    p.add_argument("--optimal", type=Path, default=None, help="the optimal denoiser's profile: adds the excess x0 error")
     p.add_argument("--out", type=Path, required=True)
     _bank_args(p)
     runtime_args(p)
@@ -196,53 +201,16 @@ def cmd_predictions_profile(args: argparse.Namespace) -> int:
         images = _bank_images(args.data, m.info)
     result = x0_error_profile(models, diffusion, images, num_images=args.num_images,
                               stride=args.stride, seed=args.seed, batch_size=args.batch_size, device=dev)
+    if args.optimal is not None:
+        from timestep_lab.studies import load_profile
+
+        opt = load_profile(args.optimal)
+        if opt["timesteps"] != result["timesteps"] or opt.get("seed") != result["seed"] or \
+                opt.get("num_images") != result["num_images"]:
+            raise ConfigError(f"--optimal {args.optimal}: not measured on this bank and these timesteps")
+        result["optimal_x0_mse"] = opt["x0_mse"]
+        result["x0_excess"] = {k: [m - o for m, o in zip(v, opt["x0_mse"])] for k, v in result["x0_mse"].items()}
     atomic_write_json(args.out, result)
-    return 0
-
-
-# ------------------------------------------------------------------------------- consistency
-
-
-def _consistency_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--samples", nargs="+", required=True, metavar="NAME=SAMPLES.npz")
-    p.add_argument("--weights", type=Path, default=None,
-                   help="train-features weights (digits-cnn, mnist-cnn) for a feature-space distance")
-    p.add_argument("--out", type=Path, required=True)
-    runtime_args(p)
-
-
-@command("consistency", "distance between samples drawn from the same noise by different models", _consistency_args)
-def cmd_consistency(args: argparse.Namespace) -> int:
-    """Paired (same seed) vs unpaired sample distances for every pair of sample sets (docs/methods.md 4.1)."""
-    from timestep_lab.samples_file import load_samples
-    from timestep_lab.studies import paired_distance
-
-    sets = {name: load_samples(path) for name, path in _pairs(args.samples, "--samples").items()}
-    if len(sets) < 2:
-        raise ConfigError("--samples: give at least two sample sets (NAME=SAMPLES.npz ...) to compare")
-    for name, (_, seeds, _) in sets.items():
-        first = next(iter(sets.values()))[1]
-        if len(seeds) != len(first) or (seeds != first).any():
-            raise ConfigError(f"--samples {name}: drawn with other seeds than the first set; pairs need the same seeds")
-    features, extractor = None, None
-    if args.weights:
-        import numpy as np
-        import torch
-
-        from timestep_lab.features import load_feature_net
-
-        cnn, cnn_meta = load_feature_net(args.weights)
-        extractor = cnn_meta["extractor"]
-
-        @torch.no_grad()
-        def features(images_nhwc: np.ndarray) -> np.ndarray:
-            return cnn.features(torch.from_numpy(np.ascontiguousarray(images_nhwc)).permute(0, 3, 1, 2)).numpy()
-    pairs = []
-    for a, b in itertools.combinations(sets, 2):
-        res = paired_distance(sets[a][0], sets[b][0], features)
-        pairs.append({"a": a, "b": b, **res})
-    atomic_write_json(args.out, {"sets": {k: str(v) for k, v in _pairs(args.samples, "--samples").items()},
-                                 "feature_extractor": extractor, "pairs": pairs})
     return 0
 
 
@@ -268,4 +236,32 @@ def cmd_posterior(args: argparse.Namespace) -> int:
         pairs = [args.ranges[i:i + 2] for i in range(0, len(args.ranges), 2)]
         out["ranges"] = replacement_ranges(pairs, m.diffusion.T)
     atomic_write_json(args.out, out)
+    return 0
+
+
+# ------------------------------------------------------------------------------- optimal denoiser
+
+
+def _optimal_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, required=True, help="any model of the study: its diffusion process is used")
+    p.add_argument("--format", default="timestep_lab", choices=FORMATS)
+    p.add_argument("--out", type=Path, required=True, help="profile JSON of the optimal denoiser")
+    _bank_args(p)
+
+
+@command("optimal-profile", "per-t losses of the training set's optimal denoiser on the profile bank (the floor)",
+         _optimal_args)
+def cmd_optimal_profile(args: argparse.Namespace) -> int:
+    """E[x0 | x_t] of the training images, scored on the same bank and noise as `profile` (docs/methods.md 3.1)."""
+    from timestep_lab.checkpoints import load_for_inference
+    from timestep_lab.data import PreparedData
+    from timestep_lab.studies.optimal import optimal_profile
+
+    m = load_for_inference(args.model, args.format)
+    images = PreparedData(args.data).images
+    prof = optimal_profile(images, m.diffusion, num_images=args.num_images, stride=args.stride, seed=args.seed)
+    prof["model"]["diffusion_from"] = str(args.model)
+    atomic_write_json(args.out, prof)
+    log.info("optimal denoiser of %d images: eps-MSE %.3g..%.3g -> %s", len(images), min(prof["eps_mse"]),
+             max(prof["eps_mse"]), args.out)
     return 0

@@ -33,7 +33,7 @@ from timestep_lab.config import (
 from timestep_lab.io import load_torch
 
 __all__ = [
-    "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "config_args", "runtime_args", "load_run_config", "eval_config",
+    "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "config_args", "runtime_args", "load_run_config", "eval_config",
     "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
 ]
 
@@ -211,3 +211,15 @@ def device(args: argparse.Namespace):
     from timestep_lab.distributed import resolve_device
 
     return resolve_device(args.device or "auto")
+
+
+def named_paths(items: list[str], what: str) -> dict[str, str]:
+    """``["a=x", "b=y"] -> {"a": "x", "b": "y"}``: the ``NAME=PATH`` arguments of the analysis
+    commands; a malformed item is a :class:`ConfigError` naming the option ``what``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ConfigError(f"{what}: expected NAME=PATH, got {item!r}")
+        out[key] = value
+    return out

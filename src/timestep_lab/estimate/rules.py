@@ -18,8 +18,10 @@ pulls in, :func:`rule_costs` counts over the same run lists the rule is expanded
 * ``profile_losses`` / ``profile_predictions``: ``num_images`` forwards per profiled timestep
   (``range(0, T, stride)`` plus T-1) per model, plus ``grad_samples`` forward + backward passes
   at each of ``grad_timesteps`` timesteps for the reference.
-* ``sample_score_contribution``: one sampling + scoring job per t range.
-* CPU-only bookkeeping rules (run configs, collection, slots, reports, this estimate) count jobs only.
+* ``contribution``: one job; every arm forks from one chain, so the network runs once per chain
+  step above the lowest range and once per step below each range (:meth:`Plan.contribution_evaluations`).
+* ``optimal_profile``: the closed-form optimal denoiser on the profile bank (no network).
+* CPU-only bookkeeping rules (run configs, collection, slots, reports) count jobs only.
 
 It counts work; it knows nothing of devices, rates or prices (see ``throughput``/``table``).
 """
@@ -240,13 +242,27 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     if plan.finetune_runs() and plan.control_runs():
         out.append(_rule("interference_control", ["interference_control"], False))
 
+    if plan.optimal_profile():
+        opt = _rule("optimal_profile", ["optimal_profile"], False,
+                    notes=["closed form: N_train x D per bank image and t (CPU)"])
+        out.insert(next(i for i, r in enumerate(out) if r.rule == "slots"), opt)
+
     labels = plan.contribution_labels()
-    n_contrib = int(((plan.study.get("analyses") or {}).get("timestep_contribution") or {}).get("num_samples", 500))
-    contrib = _rule("sample_score_contribution", labels, gpu)
-    for label in labels:
-        c.sampling(contrib, label, "reference", n_contrib, keep=True)
-        c.features(contrib, label, n_contrib)
-    out += [contrib, _rule("posterior", ["posterior"], False)]
+    if labels:  # "none" and "final" at least
+        contrib = _rule("contribution", ["contribution"], gpu)
+        spec = (plan.study.get("analyses") or {}).get("timestep_contribution") or {}
+        n_contrib = int(spec.get("num_samples", 500))
+        evals = plan.contribution_evaluations()
+        net = c.net("reference")
+        contrib.images_sampled += n_contrib * len(labels)
+        contrib.evaluations += n_contrib * evals
+        contrib.add("contribution", Work(net.key, net.forward, n_contrib * evals, "forward", step="sample"))
+        contrib.disk_bytes += n_contrib * len(labels) * c.img_bytes
+        c.features(contrib, "contribution", 2 * n_contrib * len(labels))  # scoring and the bootstrap's features
+        contrib.notes.append(f"{len(labels)} arms forked from one {len(plan.contribution_chain())}-step chain: "
+                             f"{evals} network evaluations per sample")
+        out.append(contrib)
+    out.append(_rule("posterior", ["posterior"], False))
 
     pred = _rule("profile_predictions", ["profile_predictions"], gpu)
     for rid in plan.prediction_runs():

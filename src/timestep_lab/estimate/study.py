@@ -22,6 +22,7 @@ import jsonschema
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError, config_from_dict, load_yaml
 from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
+from timestep_lab.timeranges import chain_timesteps
 from timestep_lab.workflow import Run, check_spelling, contribution_ranges, study_runs
 
 __all__ = ["Plan", "load_plan", "plan_from_dict", "DATASETS", "schema_path"]
@@ -108,7 +109,8 @@ class Plan:
         return [r for r, run in self.runs.items() if run.extra.get("control")]
 
     def profiled_runs(self) -> list[str]:
-        """``profile_losses`` jobs: the reference, the slot fine-tunes, their controls and the batch-size runs."""
+        """``profile_losses`` jobs: the reference, the slot fine-tunes, their controls and the batch-size runs
+        (the toward-t=0 retraining and its uniform continuation included)."""
         out = ["reference", *self.finetune_runs(), *self.control_runs(), *self.group_runs("batch_size")]
         return list(dict.fromkeys(out))
 
@@ -128,6 +130,22 @@ class Plan:
     def contribution_labels(self) -> list[str]:
         return list(contribution_ranges(self.study))
 
+    def contribution_chain(self) -> list[int]:
+        """The original timesteps of the contribution analysis' chain."""
+        T = int(((self.study.get("base") or {}).get("diffusion") or {}).get("num_timesteps", 1000))
+        sample = ((self.study.get("analyses") or {}).get("timestep_contribution") or {}).get("sample") or {}
+        return chain_timesteps(T, sample.get("steps"), sample.get("spacing", "uniform"))
+
+    def contribution_evaluations(self) -> int:
+        """Network evaluations per sample of the contribution job: the whole chain once ("none"),
+        plus every step below each replaced range (a replaced step needs no network)."""
+        used = self.contribution_chain()
+        ranges = [r for r in contribution_ranges(self.study).values() if r is not None]
+        return len(used) + sum(sum(u < lo for u in used) for lo, _ in ranges)
+
+    def optimal_profile(self) -> bool:
+        return bool(((self.study.get("analyses") or {}).get("loss_profile") or {}).get("optimal"))
+
     def prepared_splits(self) -> list[str]:
         """Splits ``prepare_data`` writes: the train split, and the test split when a rule reads it."""
         data = self.study["data"]
@@ -136,7 +154,7 @@ class Plan:
             splits.append(data.get("test_split") or "test")
         if data.get("test_split"):  # the floor reads it
             splits.append(data["test_split"])
-        splits.append(data.get("test_split") or data["train_split"])  # sample_score_contribution's ground truth
+        splits.append(data.get("test_split") or data["train_split"])  # the contribution analysis' ground truth
         return list(dict.fromkeys(splits))
 
     def image_shape(self) -> tuple[int, int]:

@@ -28,7 +28,7 @@ from timestep_lab.metrics.reference import (
     load_reference,
     reference_subset,
 )
-from timestep_lab.metrics.score import METRICS_FORMAT, evaluate_file, evaluate_samples, scoring_spec
+from timestep_lab.metrics.score import METRICS_FORMAT, bootstrap_fid, evaluate_file, evaluate_samples, sample_features, scoring_spec
 
 __all__ = [
     "reference_subset",
@@ -36,5 +36,5 @@ __all__ = [
     "WeightsMissingError", "FeatureExtractorSpec", "Reference", "frechet_distance",
     "load_feature_extractor", "compute_reference", "load_reference", "evaluate_samples", "evaluate_file",
     "tool_versions", "torch_fidelity_metrics", "clean_fid_metrics", "TorchFidelityTrainedCNN", "CleanFidTrainedCNN",
-    "keep_pixels", "scoring_spec",
+    "keep_pixels", "scoring_spec", "sample_features", "bootstrap_fid",
 ]

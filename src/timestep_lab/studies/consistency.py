@@ -20,7 +20,7 @@ import numpy as np
 
 from timestep_lab.errors import InputError
 
-__all__ = ["paired_distance", "derangement"]
+__all__ = ["paired_distance", "derangement", "jackknife_over_models", "consistency_test"]
 
 
 def derangement(n: int, seed: int = 0) -> np.ndarray:
@@ -104,3 +104,100 @@ def paired_distance(a_uint8_nhwc: np.ndarray, b_uint8_nhwc: np.ndarray,
         feature = _summary(dist(ident), dist(shift), dist(der))
     return {"n": int(n), "seed": int(seed), "pixel": pixel, "feature": feature,
             "units": {"pixel": "RMS distance of images scaled to [0, 1]", "feature": "Euclidean distance"}}
+
+
+def _pair_stats(a: np.ndarray, b: np.ndarray, perm_a: np.ndarray, perm_b: np.ndarray) -> float:
+    """``mean_i d(a_{perm_a(i)}, b_{perm_b(i)})`` for flattened float sets ``[N, D]`` (RMS for pixels)."""
+    return float(np.sqrt(((a[perm_a] - b[perm_b]) ** 2).mean(1)).mean())
+
+
+def _flat(x: np.ndarray, pixels: bool) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return (x / 255.0 if pixels else x).reshape(len(x), -1)
+
+
+def jackknife_over_models(models: list[str], per_pair: dict[tuple[str, str], float],
+                          level: float = 0.95) -> dict[str, Any]:
+    """Mean of a per-pair statistic with a leave-one-model-out jackknife interval.
+
+    Pairs that share a model are dependent, so the unit of analysis is the model: ``theta`` is
+    the mean over all pairs, ``theta_(-m)`` the mean over the pairs without model ``m``,
+    ``SE^2 = (M-1)/M sum_m (theta_(-m) - mean_m theta_(-m))^2`` and the interval
+    ``theta +- t_{level, M-1} SE`` (``n`` = M models). Needs M >= 3 for an interval.
+    """
+    from scipy import stats as sps
+
+    theta = float(np.mean(list(per_pair.values())))
+    M = len(models)
+    out: dict[str, Any] = {"diff": theta, "n": M, "unit": "models", "pairs": len(per_pair),
+                           "ci_low": None, "ci_high": None, "se": None}
+    if M < 3:
+        return out
+    loo = np.array([np.mean([v for (a, b), v in per_pair.items() if m not in (a, b)]) for m in models])
+    se = float(np.sqrt((M - 1) / M * ((loo - loo.mean()) ** 2).sum()))
+    tq = float(sps.t.ppf(0.5 + level / 2, M - 1))
+    out.update(se=se, ci_low=theta - tq * se, ci_high=theta + tq * se,
+               detectable=(tq + float(sps.t.ppf(0.80, M - 1))) * se)
+    return out
+
+
+def consistency_test(sets: dict[str, np.ndarray], controls: dict[str, np.ndarray] | None = None, *,
+                     features: Callable[[np.ndarray], Any] | None = None, permutations: int = 999,
+                     seed: int = 0) -> dict[str, Any]:
+    """The consistency claim tested over models, not pairs (docs/methods.md §4.1, §9.5).
+
+    :param sets: ``{model: uint8 [N, H, W, C]}``, row i of every set drawn with sample seed i.
+    :param controls: ``{name: uint8 [N, H, W, C]}`` drawn with the same seeds by closed-form
+        denoisers (the Gaussian solution every network passes through early, the training
+        set's optimal denoiser): the "same early solution" controls.
+    :returns: per space (``pixel``, ``feature`` when ``features`` is given):
+
+        * ``test``: ``paired - unpaired`` distance averaged over the model pairs (unpaired: row i
+          against row i+1), with a jackknife-over-models interval (:func:`jackknife_over_models`)
+          and a permutation p: each model's sample seeds are permuted (one permutation per model,
+          shared by all its pairs, so pairs sharing a model stay dependent), ``permutations``
+          times; ``p = (1 + #{stat_perm <= stat}) / (1 + permutations)``.
+        * ``controls``: per control, ``paired`` and ``unpaired`` distance of every model to it and
+          ``closer_to_each_other``: per model pair, ``d(a, b) - (d(a, C) + d(b, C)) / 2`` on paired
+          samples (negative: the models are closer to each other than to the control), with the
+          jackknife interval over models.
+    """
+    names = list(sets)
+    if len(names) < 2:
+        raise ValueError(f"the test needs at least 2 models, got {len(names)}")
+    n = len(next(iter(sets.values())))
+    spaces: dict[str, dict[str, np.ndarray]] = {"pixel": {k: _flat(v, True) for k, v in sets.items()}}
+    ctrl = {"pixel": {k: _flat(v, True) for k, v in (controls or {}).items()}}
+    if features is not None:
+        def feats(x: np.ndarray) -> np.ndarray:
+            f = features(np.ascontiguousarray(x))
+            f = f.detach().cpu().numpy() if hasattr(f, "detach") else np.asarray(f)
+            return f.reshape(len(f), -1).astype(np.float64)
+        spaces["feature"] = {k: feats(v) for k, v in sets.items()}
+        ctrl["feature"] = {k: feats(v) for k, v in (controls or {}).items()}
+    ident, shift = np.arange(n), (np.arange(n) + 1) % n
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    rng = np.random.default_rng(seed)
+    perms = [{m: rng.permutation(n) for m in names} for _ in range(permutations)]
+    out: dict[str, Any] = {"models": names, "n_samples": n, "permutations": permutations, "seed": seed}
+    for space, flat in spaces.items():
+        dist = lambda a, b, pa=ident, pb=ident: _pair_stats(flat[a], flat[b], pa, pb)  # noqa: E731
+        per_pair = {(a, b): dist(a, b) - dist(a, b, ident, shift) for a, b in pairs}
+        test = jackknife_over_models(names, per_pair)
+        stat = np.mean([dist(a, b) for a, b in pairs])
+        null = np.array([np.mean([dist(a, b, p[a], p[b]) for a, b in pairs]) for p in perms])
+        test["p"] = float((1 + (null <= stat).sum()) / (1 + permutations)) if permutations else None
+        test["p_adj"] = test["p"]
+        test["paired"] = float(stat)
+        test["unpaired"] = float(np.mean([dist(a, b, ident, shift) for a, b in pairs]))
+        test["per_pair"] = [{"a": a, "b": b, "diff": v} for (a, b), v in per_pair.items()]
+        controls_out = {}
+        for cname, c in ctrl[space].items():
+            to_c = {m: _pair_stats(flat[m], c, ident, ident) for m in names}
+            to_c_unpaired = {m: _pair_stats(flat[m], c, ident, shift) for m in names}
+            closer = {(a, b): dist(a, b) - (to_c[a] + to_c[b]) / 2 for a, b in pairs}
+            controls_out[cname] = {"paired": to_c, "unpaired": to_c_unpaired,
+                                   "ratio": {m: to_c[m] / to_c_unpaired[m] for m in names},
+                                   "closer_to_each_other": jackknife_over_models(names, closer)}
+        out[space] = {"test": test, "controls": controls_out}
+    return out

@@ -17,13 +17,16 @@ Against a control (:func:`interference_vs_control`, docs/methods.md §3.2): any 
 given learning rate perturbs the model, so each seed ``s`` also fine-tunes the reference on
 *uniform* t with the same budget, learning rate and seed (same data order and noise). With
 ``C_s[j] = (L_j(control_s) - L_j(reference)) / L_j(reference)`` the change the control makes,
-the excess change of training on slot k instead of on all t is
+the excess change of training on slot k instead of on all t is measured as a log-ratio,
 
-    E_s[k, j] = M_s[k, j] - C_s[j] = (L_j(slot k, s) - L_j(control_s)) / L_j(reference)
+    R_s[k, j] = log( L_j(slot k, s) / L_j(control_s) )
 
-and the claim "training one slot raises the others" is the paired comparison over seeds of the
-mean off-diagonal ``M_s`` against the same mean of ``C_s`` (a 95% t-interval over seeds,
-:func:`timestep_lab.stats.paired`).
+(``exp(R) - 1`` is the relative change against the control). Log-ratios are symmetric (a
+doubling and a halving weigh the same) and tame the heavy right tail of relative changes: a
+slot whose loss grows 7-fold would otherwise dominate every mean. The claim "training one slot
+raises the others" is the paired comparison over seeds of the per-seed mean off-diagonal
+``R_s`` (a 95% t-interval over seeds, :func:`timestep_lab.stats.paired`); every entry has its
+own interval too.
 """
 
 from __future__ import annotations
@@ -113,16 +116,18 @@ def interference_vs_control(reference_profile: Mapping[str, Any],
                             finetuned: Mapping[Any, Mapping[Any, Mapping[str, Any]]],
                             controls: Mapping[Any, Mapping[str, Any]], slots: Sequence[Sequence[int]], *,
                             key: str = "eps_mse") -> dict[str, Any]:
-    """Interference relative to the uniform-t control, with 95% intervals over seeds (module docstring).
+    """Interference relative to the uniform-t control on log-ratios, with 95% intervals over seeds
+    (module docstring).
 
     :param finetuned: ``{seed: {k: profile}}``, ``k`` the 1-based fine-tuned slot.
     :param controls: ``{seed: profile}`` of the uniform-t fine-tune of the same seed.
-    :returns: JSON-safe ``{"key", "seeds", "trained", "evaluated", "slots", "definition",
-        "matrix" [[n] per trained slot] (mean over seeds of M), "control" [n] (mean of C),
-        "excess" [[{"diff", "ci_low", "ci_high", "n"}] per trained slot] (E per entry),
-        "off_diagonal" and "diagonal" (:class:`~timestep_lab.stats.Paired` dicts with ``p_adj`` =
-        ``p``: the mean off-diagonal / diagonal change, slot fine-tune vs control, paired by seed)}``.
-        Only seeds with both a control and every trained slot are used.
+    :returns: JSON-safe ``{"key", "seeds", "trained", "evaluated", "slots", "definition", "units",
+        "matrix" [[n] per trained slot] (mean over seeds of M, relative to the reference),
+        "control" [n] (mean of C), "log_ratio" [[n]] (mean over seeds of R), "per_seed"
+        {seed: [[n]] R_s}, "excess" [[{"diff", "ci_low", "ci_high", "n", "p"}] per trained slot]
+        (R per entry, t-interval over seeds), "off_diagonal" and "diagonal"
+        (:class:`~timestep_lab.stats.Paired` dicts of the per-seed mean off-diagonal / diagonal
+        R, ``p_adj`` = ``p``)}``. Only seeds with both a control and every trained slot are used.
     """
     seeds = sorted({str(s) for s in finetuned} & {str(s) for s in controls}, key=_seed_order)
     if not seeds:
@@ -132,30 +137,35 @@ def interference_vs_control(reference_profile: Mapping[str, Any],
     trained = sorted({int(k) for s in seeds for k in fts[s]})
     seeds = [s for s in seeds if {int(k) for k in fts[s]} == set(trained)]
     n = len(slots)
-    m, c = [], []  # per seed: M [k, n] and C [n]
+    m, c, lr = [], [], []  # per seed: M [K, n], C [n], R [K, n]
     for s in seeds:
         res = interference_matrix(reference_profile, fts[s], slots, key=key)
-        ctrl = interference_matrix(reference_profile, {1: ctl[s]}, slots, key=key)["matrix"][0]
+        ctrl = interference_matrix(reference_profile, {1: ctl[s]}, slots, key=key)
         m.append(np.asarray(res["matrix"]))
-        c.append(np.asarray(ctrl))
-    m_arr, c_arr = np.stack(m), np.stack(c)  # [S, K, n], [S, n]
+        c.append(np.asarray(ctrl["matrix"][0]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lr.append(np.log(np.asarray(res["after"]) / np.asarray(ctrl["after"][0])[None, :]))
+    m_arr, c_arr, r_arr = np.stack(m), np.stack(c), np.stack(lr)  # [S, K, n], [S, n], [S, K, n]
     off = np.ones((len(trained), n), dtype=bool)
     for i, k in enumerate(trained):
         off[i, k - 1] = False
-    ctrl_k = np.broadcast_to(c_arr[:, None, :], m_arr.shape)  # C_s[j] for every trained k
-    excess = [[paired(ctrl_k[:, i, j], m_arr[:, i, j]).as_dict() for j in range(n)] for i in range(len(trained))]
+    zeros = np.zeros(len(seeds))
+    excess = [[paired(zeros, r_arr[:, i, j]).as_dict() for j in range(n)] for i in range(len(trained))]
 
     def summary(mask: np.ndarray) -> dict[str, Any]:
-        res = paired(ctrl_k[:, mask].mean(axis=1), m_arr[:, mask].mean(axis=1)).as_dict()
-        return {**res, "p_adj": res["p"]}
+        res = paired(zeros, r_arr[:, mask].mean(axis=1)).as_dict()
+        return {**res, "p_adj": res["p"], "units": "log-ratio of slot loss, slot fine-tune / uniform control"}
 
     return json_safe({
         "key": key, "seeds": [_seed_order(s) for s in seeds], "trained": trained,
         "evaluated": list(range(1, n + 1)), "slots": [[int(a), int(b)] for a, b in slots],
-        "definition": "E_s[k, j] = (L_j(fine-tuned on slot k, seed s) - L_j(uniform-t control, seed s)) / "
-                      "L_j(reference); off_diagonal: paired over seeds, mean_{k, j != k} M_s[k, j] vs C_s[j]",
+        "definition": "R_s[k, j] = log(L_j(fine-tuned on slot k, seed s) / L_j(uniform-t control, seed s)); "
+                      "off_diagonal: the per-seed mean of R_s over k and j != k, t-interval over seeds",
+        "units": "log-ratio (exp(R) - 1 = relative change against the control)",
         "matrix": m_arr.mean(axis=0).tolist(), "control": c_arr.mean(axis=0).tolist(),
-        "excess": [[{k: e[k] for k in ("diff", "ci_low", "ci_high", "n")} for e in row] for row in excess],
+        "log_ratio": r_arr.mean(axis=0).tolist(),
+        "per_seed": {str(_seed_order(s)): r_arr[i].tolist() for i, s in enumerate(seeds)},
+        "excess": [[{k: e[k] for k in ("diff", "ci_low", "ci_high", "n", "p")} for e in row] for row in excess],
         "off_diagonal": summary(off), "diagonal": summary(~off),
     })
 

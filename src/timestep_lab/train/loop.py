@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from timestep_lab.checkpoints import (
     CHECKPOINT_FORMAT,
@@ -62,6 +62,8 @@ from timestep_lab.train.stop import StopRequest
 __all__ = ["TrainResult", "train"]
 
 log = logging.getLogger(__name__)
+
+SNAPSHOT_HEAD_IMAGES = 64  # bank images of a mixed model's per-snapshot head table (model.pt: 256, every T/100-th t)
 
 
 @dataclass
@@ -161,9 +163,20 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
 
     def save_snapshot() -> None:
         if world.is_main:
-            save_torch({"format": SNAPSHOT_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
-                        "channels": data.channels, "ema": ema_state_dict(net, ema), "nimg": ts.nimg,
-                        "step": ts.steps_done}, paths.state_snapshots / snapshot_name(ts.nimg))
+            snap = {"format": SNAPSHOT_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
+                    "channels": data.channels, "ema": ema_state_dict(net, ema), "nimg": ts.nimg, "step": ts.steps_done}
+            if isinstance(prediction, MixedPrediction):  # a snapshot samples like model.pt: with its own head table
+                snap["mixed_head_errors"], snap["mixed_head_per_t"] = _snapshot_heads(snap["ema"])
+            save_torch(snap, paths.state_snapshots / snapshot_name(ts.nimg))
+
+    def _snapshot_heads(ema_weights: dict) -> tuple[Tensor, Tensor]:
+        """The per-t inference head of the EMA weights, measured as for model.pt on a quarter of its
+        bank at a fifth of its timesteps (64 images, every T/20-th t: the table only picks the head
+        per t, and a snapshot is scored on fewer samples than model.pt)."""
+        ema_net = build_model(cfg, data.resolution, data.channels).to(device)
+        ema_net.load_state_dict(ema_weights)
+        return mixed_head_profile(ema_net, diffusion, prediction, loader, device, n_images=SNAPSHOT_HEAD_IMAGES,
+                                  stride=max(1, diffusion.T // 20))
 
     def write_log(lr: float, beta1: float) -> dict:
         sums = torch.cat([acc.loss.view(1), acc.loss_raw.view(1), acc.grad_norm.view(1) / world.size, acc.bin_sum,

@@ -3,7 +3,8 @@
 A study config (``config/*.yaml``) names catalogues of timestep samplers and weightings, a
 ``base`` run config (nested deltas over :class:`timestep_lab.config.RunConfig`), and *groups* of
 runs, each a grid (``sampler x weighting x prediction x batch_size x schedule x seed``) and/or an
-explicit list. Everything a group or entry changes beyond the axes is an ``overrides:`` mapping
+explicit list; ``progress: true`` follows a group's FID during training, with snapshots every
+``progress_every_kimg`` (the group's, else ``evaluation.progress_every_kimg``). Everything a group or entry changes beyond the axes is an ``overrides:`` mapping
 of dotted run-config keys, the one shape used everywhere in a study config, run length included
 (``overrides: {train.total_kimg: 8}``). Every run gets an id built from its axes, so the same run
 requested by two groups is trained once::
@@ -216,8 +217,9 @@ def build_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
     Raises :class:`ConfigError` when two entries map to the same id with different configs.
     """
     runs: dict[str, Run] = {}
-    intervals: dict[str, float] = {}  # a group's own progress_every_kimg, per run (the smallest if several)
     defaults = default_axes(study)
+    every = (study.get("evaluation") or {}).get("progress_every_kimg")
+    cadence: dict[str, float] = {}  # run -> the densest snapshot spacing any of its groups asks for
     for gname, group in (study.get("groups") or {}).items():
         where = f"{source}: groups.{gname}"
         common = check_overrides(group.get("overrides"), where)
@@ -231,8 +233,9 @@ def build_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
             rid = entry.get("id") or run_id(axes, overrides, entry.get("init_from"), entry.get("tag"))
             cfg = run_config(study, axes, overrides, where)
             progress = bool(group.get("progress", False))
-            if progress and group.get("progress_every_kimg"):
-                intervals[rid] = min(intervals.get(rid, float("inf")), float(group["progress_every_kimg"]))
+            group_every = group.get("progress_every_kimg") or every
+            if progress and group_every:
+                cadence[rid] = min(cadence.get(rid, group_every), group_every)
             if rid in runs:
                 prev = runs[rid]
                 if prev.config != cfg or prev.init_from != entry.get("init_from"):
@@ -241,11 +244,10 @@ def build_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
                                 prev.progress or progress, prev.extra)
             else:
                 runs[rid] = Run(rid, axes, cfg, (gname,), entry.get("init_from"), progress)
-    # Snapshots only for runs whose FID is followed during training (they do not change training),
-    # every evaluation.progress_every_kimg unless the group sets its own interval.
-    every = (study.get("evaluation") or {}).get("progress_every_kimg")
-    for run in runs.values():
-        interval = intervals.get(run.id, every)
-        if run.progress and interval:
-            run.config.setdefault("train", {})["snapshot_every_kimg"] = interval
+    # Snapshots only for runs whose FID is followed during training (they do not change training);
+    # a run in several groups gets the densest spacing (groups.<g>.progress_every_kimg, else
+    # evaluation.progress_every_kimg)
+    for rid, run in runs.items():
+        if run.progress and rid in cadence:
+            run.config.setdefault("train", {})["snapshot_every_kimg"] = cadence[rid]
     return runs

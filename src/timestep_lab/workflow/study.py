@@ -8,7 +8,8 @@
   without the suffix). A fine-tune and the control of one seed are paired: same data order and
   noise (docs/methods.md §3.2, §9.1);
 * ``toward_zero_from-<run>``: the small-batch run retrained with the ``toward_zero`` sampler
-  (``analyses.batch_size``).
+  (``analyses.batch_size``), and with ``analyses.batch_size.control: true`` its control
+  ``uniform_from-<run>``: the same continuation (images, learning rate, seed) on uniform t.
 
 A run's length is spelled one way in a study config: ``train.total_kimg``, nested in ``base``
 and a dotted key of an ``overrides:`` mapping everywhere else (groups, list entries,
@@ -23,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from timestep_lab.config import ConfigError
-from timestep_lab.timeranges import scale_range
+from timestep_lab.timeranges import chain_timesteps, scale_range
 from timestep_lab.workflow.runs import (
     LENGTH_KEY,
     Run,
@@ -61,12 +62,18 @@ def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
 
 
 def reference_run(study: Mapping[str, Any], source: str = "study") -> Run:
-    """The reference ("pretrained") model of the seed paper's analyses, trained with a large batch
-    unless ``reference.pretrained`` points at a checkpoint."""
+    """The reference ("pretrained") model of the seed paper's analyses, trained here unless
+    ``reference.pretrained`` points at a checkpoint. With ``reference.progress_every_kimg`` its FID
+    is followed during training (snapshots at that spacing): the long run every report places
+    its own runs' length on (docs/methods.md §8.8)."""
     ref = study.get("reference") or {}
     where = f"{source}: reference"
     cfg = run_config(study, default_axes(study), check_overrides(ref.get("overrides"), where), where)
-    return Run("reference", default_axes(study), cfg, ("reference",))
+    every = ref.get("progress_every_kimg")
+    progress = bool(every) and not ref.get("pretrained")
+    if progress:
+        cfg.setdefault("train", {})["snapshot_every_kimg"] = every
+    return Run("reference", default_axes(study), cfg, ("reference",), progress=progress)
 
 
 def _derived_config(parent: Mapping[str, Any], delta: Mapping[str, Any], spec: Mapping[str, Any],
@@ -108,6 +115,13 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
         cfg = _derived_config(runs[small_id].config, delta, bs, f"{source}: analyses.batch_size")
         rid = f"toward_zero_from-{small_id}"
         runs[rid] = Run(rid, {**small_axes, "sampler": "toward_zero"}, cfg, ("batch_size",), small_id)
+        if bs.get("control", False):  # the same continuation on uniform t: what the extra images alone do
+            ctl = _derived_config(runs[small_id].config, {"timesteps": {"name": "uniform"},
+                                                          "train": {"snapshot_every_kimg": None}},
+                                  bs, f"{source}: analyses.batch_size")
+            cid = f"uniform_from-{small_id}"
+            runs[cid] = Run(cid, dict(small_axes), ctl, ("batch_size",), small_id,
+                            extra={"continuation_control": True})
     ref_spec = study.get("reference") or {}
     if ref_spec.get("pretrained") and ref_spec.get("format") == "diffusers":
         model = {"name": "diffusers_unet2d", "pretrained": str(ref_spec["pretrained"]),
@@ -151,15 +165,31 @@ def finetune_runs(study: Mapping[str, Any], ref: Run, source: str = "study") -> 
 
 
 def contribution_ranges(study: Mapping[str, Any]) -> dict[str, tuple[int, int] | None]:
-    """Ground-truth replacement ranges of the timestep-contribution analysis, as 0-based inclusive
-    ranges of this study's T keyed by a path-safe label; ``"none"`` is the baseline without
-    replacement. The paper's ranges are 1-based on T = 1000 (seed paper Fig. 3)."""
+    """The arms of the timestep-contribution analysis keyed by a path-safe label, each with the
+    0-based inclusive original timesteps it replaces: ``"none"`` (no replacement, None),
+    ``"final"`` (the final step only, the control) and ``t<lo>-<hi>`` per paper range (1-based on
+    T = 1000, scaled to this study's T, the final step left out). Every range must hold at least
+    ``min_steps`` steps of the analysis' chain (``analyses.timestep_contribution.sample``), else
+    :class:`ConfigError` names it (docs/methods.md §3.4)."""
     T = int(((study.get("base") or {}).get("diffusion") or {}).get("num_timesteps", 1000))
-    ranges = ((study.get("analyses") or {}).get("timestep_contribution") or {}).get("ranges", [])
-    out: dict[str, tuple[int, int] | None] = {"none": None}
-    for lo, hi in ranges:
+    spec = (study.get("analyses") or {}).get("timestep_contribution") or {}
+    sample = spec.get("sample") or {}
+    used = chain_timesteps(T, sample.get("steps"), sample.get("spacing", "uniform"))
+    min_steps = int(spec.get("min_steps", 2))
+    where = "analyses.timestep_contribution"
+    out: dict[str, tuple[int, int] | None] = {"none": None, "final": (used[0], used[0])}
+    for lo, hi in spec.get("ranges", []):
         if not 1 <= lo <= hi <= 1000:
-            raise ConfigError(f"analyses.timestep_contribution.ranges: [{lo}, {hi}] must satisfy 1 <= lo <= hi <= 1000 "
+            raise ConfigError(f"{where}.ranges: [{lo}, {hi}] must satisfy 1 <= lo <= hi <= 1000 "
                               f"(the paper's 1-based timesteps; scaled to T={T})")
-        out[f"t{lo}-{hi}"] = scale_range(lo, hi, T)
+        a, b = scale_range(lo, hi, T)
+        a = max(a, used[0] + 1)
+        k = sum(a <= u <= b for u in used)
+        if k < min_steps:
+            span = f"t {a}..{b} of T = {T} without the final step" if a <= b else \
+                f"t {a - 1}..{b} of T = {T}: nothing once the final step is left out"
+            raise ConfigError(f"{where}.ranges: [{lo}, {hi}] ({span}) holds {k} "
+                              f"step(s) of the {len(used)}-step chain, fewer than min_steps = {min_steps}: set "
+                              f"{where}.sample.steps higher (null: all T) or spacing: quadratic, or drop the range")
+        out[f"t{lo}-{hi}"] = (a, b)
     return out

@@ -1,0 +1,177 @@
+"""Every report rendered from a small synthetic results folder (tests/synthetic_results.py), its
+text checked against the numbers in that folder: no prose can go stale, every figure is drawn.
+
+The notebooks run in this process (their cells executed in order, the parameters cell followed by
+the test's values, ``display`` captured), not through papermill: the smoke study renders them
+through papermill (tests/test_pipeline.py); this checks what they *say*.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from synthetic_results import FINETUNED_SLOTS, FLOOR, MIXED_FIDS, make_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PARAMS = {  # report -> {notebook parameter: key of Synthetic.paths}
+    "sampler_comparison": {k: k for k in ("metrics_csv", "runs_csv", "summary", "verdicts", "results_dir")},
+    "schedules": {k: k for k in ("metrics_csv", "runs_csv", "summary", "verdicts", "results_dir")},
+    "loss_profile": {"profile": "profile", "slots": "slots", "optimal": "optimal", "verdicts": "verdicts",
+                     "results_dir": "results_dir"},
+    "slot_finetune": {k: k for k in ("interference", "interference_control", "slots", "verdicts", "results_dir")},
+    "batch_size": {k: k for k in ("metrics_csv", "runs_csv", "profiles", "optimal", "summary", "verdicts",
+                                  "results_dir")},
+    "timestep_contribution": {k: k for k in ("contribution", "posterior", "summary", "verdicts", "results_dir")},
+    "prediction_types": {"profile": "prediction_profile", **{k: k for k in ("metrics_csv", "runs_csv", "summary",
+                                                                             "verdicts", "results_dir")}},
+    "consistency": {k: k for k in ("consistency", "metrics_csv", "runs_csv", "summary", "verdicts", "results_dir")},
+}
+
+
+def _text(obj) -> str:
+    if type(obj).__name__ == "Markdown":
+        return obj.data
+    if hasattr(obj, "data") and isinstance(obj.data, str):  # HTML
+        raw = obj.data
+    elif hasattr(obj, "to_html"):  # a DataFrame or a Styler
+        raw = obj.to_html()
+    else:
+        raw = str(obj)
+    return html.unescape(re.sub(r"<[^<>]+>", " ", raw))
+
+
+def run_report(name: str, params: dict[str, str], monkeypatch) -> tuple[str, int]:
+    """Executes reports/<name>.py cell by cell; returns everything it displayed, as text, and how
+    many figures it showed."""
+    import jupytext
+    import matplotlib.pyplot as plt
+    import IPython.display
+
+    import timestep_lab.reporting.notebook as nbmod
+
+    shown: list[str] = []
+    figures = [0]
+
+    def display(*objs, **_):
+        shown.extend(_text(o) for o in objs)
+
+    def show(*_, **__):
+        figures[0] += len(plt.get_fignums())
+        plt.close("all")
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    monkeypatch.setattr(nbmod, "display", display)
+    monkeypatch.setattr(plt, "show", show)
+    nb = jupytext.read(ROOT / "reports" / f"{name}.py")
+    ns: dict = {"__name__": f"report_{name}"}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        exec(compile(cell.source, f"{name}.py", "exec"), ns)  # noqa: S102 - our own notebooks
+        if "parameters" in cell.metadata.get("tags", []):
+            ns.update(params)
+    plt.close("all")
+    return "\n".join(shown), figures[0]
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    return make_results(tmp_path_factory.mktemp("syn"))
+
+
+@pytest.fixture
+def render(synthetic, monkeypatch):
+    def go(name):
+        params = {p: synthetic.paths[k] for p, k in PARAMS[name].items()}
+        return run_report(name, params, monkeypatch)
+    return go
+
+
+def _numbers(text: str) -> set[str]:
+    return set(re.findall(r"-?\d+\.\d+|\d+", text))
+
+
+def test_sampler_comparison_says_what_ran_and_the_regime(render, synthetic):
+    text, figs = render("sampler_comparison")
+    assert figs >= 4
+    assert "`adaptive+none`: 3 seeds (0, 1, 3)" in text and "`speed+speed`: 3 seeds (0, 1, 3)" in text
+    assert "loss-second-moment" not in text and "slot-balanced" not in text  # arms that did not run are not promised
+    assert f"{FLOOR['value']:.3g} [{FLOOR['ci'][0]:.3g}, {FLOOR['ci'][1]:.3g}]" in text  # the floor, from summary.json
+    assert "359 samples" in text and "trained for 48 kimg" in text
+    for rid, fid in synthetic.expect["per_seed"].items():
+        if rid.startswith(("adaptive_none_eps_b64_linear", "speed_speed_eps_b64_linear")):
+            assert f"{fid:.2f}" in text, rid  # the per-seed table straight from the data
+
+
+def test_schedules_lists_exactly_what_ran(render):
+    text, figs = render("schedules")
+    assert figs >= 2
+    assert "Not run in this study, although 2411.09998 uses them: sampler `adaptive`, schedule `quad`" in text
+    assert "`speed+speed` under `cosine`: 3 seeds (0, 1, 3)" in text
+    assert "one seed there is no interval" not in text and "Kendall" not in text
+    assert "effect under cosine minus under linear" in text and "(3 seeds)" in text
+
+
+def test_prediction_types_per_seed_table_is_the_data(render):
+    text, figs = render("prediction_types")
+    assert figs >= 3
+    for fid in MIXED_FIDS.values():
+        assert f"{fid:.2f}" in text  # 255.20, 262.00, 255.50: not their mean three times
+    assert f"{sum(MIXED_FIDS.values()) / 3:.2f}" not in text.split("What our numbers show")[0]
+    assert "`x0` prediction: 3 seeds (0, 1, 3)" in text and "`v` prediction: 3 seeds" in text
+    # the mixed model's heads: eps near 0, x0 near T, as the paper expects
+    assert "Among the mixed model's heads (mixed): lowest x0 error for t <= 10 mostly **eps**, for t >= 90 mostly **x0**" \
+           ". The paper expects eps near 0 and x0 near T: agreement." in text
+    assert "optimal denoiser" in text
+
+
+def test_slot_finetune_names_the_slots_that_ran(render, synthetic):
+    text, figs = render("slot_finetune")
+    assert figs == 2
+    slots = ", ".join(map(str, FINETUNED_SLOTS))
+    assert f"Slots fine-tuned: {slots} (of 10); seeds: 0, 4" in text
+    assert "over 2 seeds" in text
+    assert "Other slots' loss, slot fine-tune against the uniform control" in text
+
+
+def test_consistency_counts_models(render, synthetic):
+    text, figs = render("consistency")
+    assert figs >= 3
+    n = synthetic.expect["consistency_models"]
+    assert f"{n} models compared" in text and f"over {n} models ({n * (n - 1) // 2} pairs)" in text
+    assert "Control `gaussian`" in text
+    assert "beta1 decay + lr compensation" in text
+
+
+def test_contribution_has_the_control_and_intervals(render, synthetic):
+    text, figs = render("timestep_contribution")
+    assert figs == 2
+    assert "final step only (control)" in text and "100% exact copies" in text
+    for label, fid in synthetic.expect["contribution"].items():
+        assert f"{fid:.2f}" in text, label
+    assert "[1, 10]" in text  # the paper's best is named as the paper's
+    assert f"held-out floor: {FLOOR['value']:.2f}" in text
+
+
+def test_loss_profile_shows_the_floor_and_excess_slots(render):
+    text, figs = render("loss_profile")
+    assert figs == 2
+    assert "Optimal denoiser of the 64 training images" in text
+    assert "On the excess loss the first slot ends at t =" in text
+    assert "the plateau there is the network's error" in text
+
+
+def test_batch_size_compares_the_retraining_with_its_control(render):
+    text, figs = render("batch_size")
+    assert figs >= 4
+    assert "The same extra images on uniform t changed them by" in text
+    assert "took 750 optimizer steps" in text or "optimizer steps for its" in text
+    assert "continued on uniform t" in text
