@@ -277,10 +277,12 @@ def read_npz_member(path: str | Path, z: Any, name: str, digests: Mapping[str, s
     return arr
 
 
-def save_torch(obj: Any, path: str | Path) -> None:
+def save_torch(obj: Any, path: str | Path, *, checksum: bool = True) -> None:
     """``torch.save`` atomically (tensors, dicts, lists and plain Python values only), byte for
     byte the same for the same object. A dict gets :data:`CHECKSUM_KEY`, the
-    :func:`content_sha256` of its other items, which :func:`load_torch` checks and removes.
+    :func:`content_sha256` of its other items, which :func:`load_torch` checks and removes;
+    ``checksum=False`` leaves it out, for a file in another program's format (a state dict that
+    torch-fidelity or guided-diffusion loads strictly would reject the extra key).
 
     The archive is built in memory from a file object, not a path: given a path, torch names
     the zip's root folder after the (random) temporary file name; given a file object the root
@@ -289,7 +291,7 @@ def save_torch(obj: Any, path: str | Path) -> None:
     """
     import torch
 
-    if isinstance(obj, dict):
+    if isinstance(obj, dict) and checksum:
         if CHECKSUM_KEY in obj:
             raise ValueError(f"'{CHECKSUM_KEY}' is reserved for the checksum")
         obj = {**obj, CHECKSUM_KEY: content_sha256(obj)}

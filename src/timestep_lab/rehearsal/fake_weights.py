@@ -102,7 +102,7 @@ def write_inception(folder: Path, seed: int = 0) -> Path:
         net = Unloaded("inception-v3-compat", ["2048"], feature_extractor_weights_path=str(empty))
         _kaiming(net, torch.Generator().manual_seed(seed))
         tf_part = Path(tmp) / TF_INCEPTION_FILE
-        save_torch({k: v.detach().clone() for k, v in net.state_dict().items()}, tf_part)
+        save_torch({k: v.detach().clone() for k, v in net.state_dict().items()}, tf_part, checksum=False)  # torch-fidelity's format
         cf_part = Path(tmp) / CF_INCEPTION_FILE
         with warnings.catch_warnings():  # TorchScript is deprecated, but it is clean-fid's file format
             warnings.simplefilter("ignore", FutureWarning)
@@ -162,7 +162,7 @@ def write_guided_diffusion_reference(dest: Path, base: Mapping[str, Any], resolu
              "learn_sigma": True, "dropout": 0.0, "norm_groups": m.get("norm_groups", 32)}
     torch.manual_seed(seed)
     net = _perturbed(build_guided_diffusion_unet(flags), seed)
-    save_torch({k: v.detach().half() for k, v in net.state_dict().items()}, dest)
+    save_torch({k: v.detach().half() for k, v in net.state_dict().items()}, dest, checksum=False)  # guided-diffusion's format
     return dest
 
 
