@@ -80,6 +80,7 @@ rule index:
         results_dir=lambda wc, input: os.path.dirname(input.summary),  # results/<study>: its benchmark files
         logs_dir=LOGS,  # logs/<study>/<rule>/<job>.log: each job's exact CPU (its usage line)
         rules_dir=os.path.join(workflow.basedir, "workflow", "rules"),  # which rules are local (no CPU of their own)
+        scales=scorecard_present(),  # other studies with results: the index links reports/scorecard.html
     log:
         f"{LOGS}/index/index.log",
     benchmark:
