@@ -25,6 +25,7 @@ include: "workflow/rules/analyses.smk"
 include: "workflow/rules/verdicts.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/targets.smk"
+include: "workflow/rules/scorecard.smk"
 include: "workflow/rules/warmstart.smk"
 
 

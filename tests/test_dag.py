@@ -22,7 +22,12 @@ def repo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def plan(repo) -> str:
-    r = run(["snakemake", "-n", "-p", "--configfile", "config/smoke.yaml"], repo, study_env(), timeout=300)
+    """The smoke study planned with the `scorecard` target beside another study's finished results."""
+    other = repo / "results" / "other"
+    other.mkdir(parents=True, exist_ok=True)
+    (other / "verdicts.json").write_text("{}")  # a dry run reads no file: its presence is what counts
+    r = run(["snakemake", "all", "scorecard", "-n", "-p", "--configfile", "config/smoke.yaml"], repo, study_env(),
+            timeout=300)
     assert r.returncode == 0, r.stdout[-4000:]
     return r.stdout
 
@@ -66,6 +71,15 @@ def test_every_report_and_the_index_read_the_verdicts(plan):
     assert "-p run_configs results/smoke/runs/uniform_none_v_b64_linear_s0_flow_heun/run.yaml," in flow
     (index,) = _jobs(plan, "index")
     assert "results/smoke/verdicts.json" in index
+
+
+def test_the_scorecard_across_scales_reads_every_study_and_the_index_none_but_its_own(plan):
+    (job,) = _jobs(plan, "scorecard")
+    assert "results/other/verdicts.json" in job and "results/smoke/verdicts.json" in job
+    assert "python -m timestep_lab scorecard results/smoke results/other --skip-missing" in job
+    assert "reports/smoke/index.html" in job.split("output:")[0]  # after this study's index: its cost complete
+    (index,) = _jobs(plan, "index")
+    assert "results/other" not in index  # the link is a parameter: a study alone never waits on another
 
 
 def _checked(output: str) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 # Configuration, the run table and input functions (no rules here).
 # Imports here run at every DAG build: timestep_lab.config and timestep_lab.workflow are torch-
 # and pandas-free; jobs that need pandas import it themselves (collect, dvc_export).
+import glob
 import os
 import sys
 
@@ -185,6 +186,25 @@ def eval_sample_overrides(num_samples, run="reference"):
 
 def final_outputs():
     return [f"{REPORTS}/index.html"]
+
+
+def scorecard_others():
+    """The other studies of the scorecard across scales (rule scorecard, docs/methods.md §9.9):
+    `scorecard.studies` of the config, whether or not they have results yet, else every
+    results/<study>/ holding a verdicts.json; this study left out."""
+    listed = (config.get("scorecard") or {}).get("studies") or []
+    if listed:
+        return [s for s in dict.fromkeys(listed) if s != STUDY]
+    found = glob.glob(os.path.join("results", "*", "verdicts.json"))
+    return sorted(os.path.basename(os.path.dirname(f)) for f in found if os.path.basename(os.path.dirname(f)) != STUDY)
+
+
+def scorecard_present():
+    """Those of `scorecard_others()` with a verdicts.json now: the index links the scorecard when
+    there is one (read when the DAG is built; no input of the index, so a study alone never waits on another)."""
+    if config.get("rehearsal"):  # a rehearsal's numbers are no scale of anything
+        return []
+    return [s for s in scorecard_others() if os.path.isfile(f"results/{s}/verdicts.json")]
 
 
 def run_config_inputs(wildcards):

@@ -76,6 +76,7 @@ rule index:
         logs_dir=LOGS,  # logs/<study>/<rule>/<job>.log: each job's exact CPU (its usage line)
         rules_dir=os.path.join(workflow.basedir, "workflow", "rules"),  # which rules are local (no CPU of their own)
         rehearsal=config.get("rehearsal"),  # a rehearsal's index carries a banner: no number on it is a result
+        scales=scorecard_present(),  # other studies with results: the index links reports/scorecard.html
     log:
         f"{LOGS}/index/index.log",
     benchmark:

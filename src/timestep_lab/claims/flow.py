@@ -66,7 +66,8 @@ DIFFUSERS_8528 = Source("diffusers8528", "diffusers PR 8528", "https://github.co
 QUESTION_OF: dict[str, int] = {}
 
 RECALLED = "quote recalled, the source's text was not available offline [unverified]"
-NOT_OURS = "a number from another objective, data set, model and metric: it does not carry over to digits-CNN FID"
+NOT_OURS = ("a number from another objective, data set, model and metric: it does not carry over to this study's "
+            "FID (its own feature extractor, data set and budget)")
 
 
 def _flow(claim_id: str, question: int, source: Source, where: str, quote: str, statement: str,

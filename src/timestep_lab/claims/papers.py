@@ -28,8 +28,8 @@ UNIFORM = {"sampler": "uniform", "weighting": "none"}
 #: the consistency group's plain arm: no optimizer-schedule override (``_opt...``) and the base width (``_ch...``)
 CONSTANT_BASE = {"arm!~": ["_opt", "_ch"]}
 
-_NOT_FID = ("Inception FID of {what}; ours is digits-CNN FID on this study's data: FID values, their "
-            "differences and their ratios do not carry over between feature extractors and data sets")
+_NOT_FID = ("Inception FID of {what}; ours is this study's FID (its own feature extractor, data set and budget): "
+            "FID values, their differences and their ratios do not carry over between feature extractors and data sets")
 
 
 def _sampler(claim_id: str, source: Source, sampler: str, weighting: str = "none", **kw: Any) -> Claim:

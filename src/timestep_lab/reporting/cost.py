@@ -33,7 +33,7 @@ from typing import Iterable, Mapping, NamedTuple
 from timestep_lab.usage import SERVER_USAGE_LINE, USAGE_LINE
 
 __all__ = ["RuleCost", "Usage", "SERVER_ROW", "total", "read_benchmark", "read_usage", "read_server_usage", "study_cost",
-           "logs_dir_of", "job_usages", "local_rules", "format_cost", "estimate_vs_measured"]
+           "logs_dir_of", "job_usages", "local_rules", "format_cost", "estimate_vs_measured", "study_total"]
 
 
 #: the row of the warm-start server(s) of a study (not a rule: no benchmark file)
@@ -279,3 +279,25 @@ def estimate_vs_measured(estimate: Mapping | None, measured: Mapping[str, RuleCo
                 "max_rss_mb": whole.max_rss_mb if measured else None,
                 "ratio": ratio(total_est.get("gpu_hours"), sum(x for x in compared if x) if measured else None)})
     return out
+
+
+def study_total(results_dir: str | Path, logs_dir: str | Path | None = None, local: Iterable[str] = (),
+                estimate: Mapping | None = None) -> dict:
+    """One study's cost in one row, for the scorecard across scales: :func:`study_cost` summed by
+    :func:`total` (``jobs``, ``exact_jobs``, ``cpu_s``, ``wall_s``: the jobs' wall seconds summed,
+    not the elapsed time of a run whose jobs overlap; ``max_rss_mb``), beside ``estimate``'s total
+    (``est_hours`` in ``est_unit``, ``ratio`` as in :func:`estimate_vs_measured`). ``note`` says
+    why a figure is missing ("" when none is): no benchmark folder, or a malformed file (named)."""
+    try:
+        measured = study_cost(results_dir, logs_dir, local)
+    except (FileNotFoundError, ValueError) as exc:
+        measured, note = {}, str(exc)
+    else:
+        note = "" if measured else f"{Path(results_dir) / 'benchmarks'}: no benchmark files yet"
+    whole = total(measured)
+    row = estimate_vs_measured(estimate, measured)[-1] if (estimate or measured) else {}
+    est = estimate or {}
+    return {"jobs": whole.jobs, "exact_jobs": whole.exact_jobs, "cpu_s": whole.cpu_s if measured else None,
+            "wall_s": whole.wall_s if measured else None, "max_rss_mb": whole.max_rss_mb if measured else None,
+            "est_hours": row.get("est_hours"), "est_unit": (est.get("budget") or {}).get("unit")
+            or ("CPU-core-h" if est.get("device") == "cpu" else "GPU-h"), "ratio": row.get("ratio"), "note": note}

@@ -35,12 +35,14 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
                  slots: str | Path | None = None, pending: list[str] | None = None,
                  estimate: str | Path | None = None, results_dir: str | Path | None = None,
                  logs_dir: str | Path | None = None, rules_dir: str | Path | None = None,
-                 rehearsal: Mapping[str, Any] | None = None) -> Path:
+                 rehearsal: Mapping[str, Any] | None = None, scales: list[str] | None = None) -> Path:
     """The study's ``index.html``: scorecard, the papers' figures beside our verdicts, protocol, the
     cost estimate (``estimate``: the JSON of ``estimate --out``) beside the measured cost per rule (the
     benchmark files under ``results_dir``, :mod:`timestep_lab.reporting.cost`), links. ``rehearsal``:
     the study config's ``rehearsal`` section (``of``, ``stand_ins``), which puts a banner on top:
-    nothing on the page is a result."""
+    nothing on the page is a result. ``scales``: the other studies whose results exist; when there
+    are any the page links the scorecard across scales (``../scorecard.html``, rule ``scorecard``),
+    whether or not it has been built yet."""
     import jinja2  # only the Snakemake index job renders; the rule's module import stays light
 
     summary_data = read_json(summary)
@@ -66,7 +68,7 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
         reports=[{"name": Path(r).stem.replace("_", " "), "file": Path(r).name} for r in reports],
         pending=pending or [], cost=cost, rehearsal=dict(rehearsal) if rehearsal else None,
         cost_device=(est or {}).get("device_name", "n/a"), cost_gpu=bool(est and est.get("device") != "cpu"),
-        cost_calibration=(est or {}).get("calibration"),
+        cost_calibration=(est or {}).get("calibration"), scales=list(scales or []),
     )
     atomic_write_text(out_html, page)
     return Path(out_html)
