@@ -198,7 +198,7 @@ for _, r in comparisons.iterrows():
         lines.append(f"- {r['arm']}: no difference from uniform t shown ({diff}); this budget detects about "
                      f"{detectable:.3g} or more.")
     elif r["final FID"] not in ("n/a",) and not r["final FID"].startswith("no finding"):
-        lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p = {r['Holm p']:.3g}).")
+        lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p within the group = {r['Holm p (group)']:.3g}).")
     else:
         lines.append(f"- {r['arm']}: {diff}; fewer than 2 paired seeds, no finding.")
 display(Markdown("\n".join(lines) if lines else "_Not enough paired seeds for conclusions (intervals need 2)._"))
