@@ -26,7 +26,7 @@ run: venv
 # cluster or the smoke study in group "study", so each starts once per session.
 TEST_WORKERS ?= 2
 test: venv
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # Re-resolve the lock from pyproject.toml (needs the package registry).
 lock:

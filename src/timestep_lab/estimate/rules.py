@@ -37,7 +37,7 @@ import numpy as np
 from timestep_lab.components import build_diffusion
 from timestep_lab.config import RunConfig, config_from_dict
 from timestep_lab.estimate.flops import NetworkCost, extractor_flops, network_cost
-from timestep_lab.estimate.study import REPORTS, Plan
+from timestep_lab.estimate.study import Plan
 from timestep_lab.features import FEATURE_NETS
 from timestep_lab.solvers import make_solver
 from timestep_lab.studies.profile import profile_timesteps
@@ -275,7 +275,7 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
         cons.add("consistency", Work(extractor, extractor_flops(extractor), n_pairs * 2 * ev["num_samples"], "forward",
                                      "fp32", step="features"))
     out += [pred, cons]
-    out += [_rule("verdicts", ["verdicts"], False), _rule("report", list(REPORTS), False),
+    out += [_rule("verdicts", ["verdicts"], False), _rule("report", plan.reports(), False),
             _rule("estimate", ["estimate"], False), _rule("index", ["index"], False),
             RuleCost("all", 1, False)]  # the default target: a job of Snakemake's, no benchmark file
     if c.notes:

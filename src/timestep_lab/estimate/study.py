@@ -37,7 +37,8 @@ DATASETS: dict[str, dict[str, Any]] = {
     "imagenet": {"splits": {"train": 1281167, "val": 50000}, "resolution": None, "channels": 3},
 }
 
-# The eight reports of workflow/rules/report.smk (one `report` job each) plus the index.
+# The reports of workflow/rules/report.smk (one `report` job each) plus the index; the flow
+# report only for a study with a flow_matching group (:meth:`Plan.reports`).
 REPORTS = ("sampler_comparison", "schedules", "loss_profile", "slot_finetune", "batch_size",
            "timestep_contribution", "prediction_types", "consistency", "flow_matching")
 
@@ -100,6 +101,10 @@ class Plan:
 
     def group_runs(self, group: str) -> list[str]:
         return [r for r, run in self.runs.items() if group in run.groups]
+
+    def reports(self) -> list[str]:
+        """The study's report jobs: every report, the flow report only with a flow_matching group."""
+        return [r for r in REPORTS if r != "flow_matching" or self.group_runs("flow_matching")]
 
     def finetune_runs(self) -> list[str]:
         return [r for r, run in self.runs.items() if run.extra.get("slot")]
