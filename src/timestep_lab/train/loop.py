@@ -197,7 +197,6 @@ class _Run:
         ts.net.train()
         bar = self._progress_bar(total_nimg) if progress and world.is_main else None
         status, message = "ok", ""
-        ts.lr, ts.beta1 = ts.schedule.values(ts.nimg)
         try:
             while ts.nimg < stop_nimg and not stop.requested(world, ts.steps_done, ts.device):
                 self._one_step(stop_nimg, bar)
@@ -233,7 +232,7 @@ class _Run:
         crossed = lambda k: every[k] and (nimg // every[k]) > ((nimg - batch) // every[k])  # noqa: E731
         if crossed("log") or nimg >= stop_nimg:
             self._check_finite()
-            self.last_rec = self.write_log(ts.lr, ts.beta1)
+            self.last_rec = self.write_log()
             if bar is not None:
                 bar.set_postfix_str(f"loss {self.last_rec['loss']:.4f}")
         if crossed("snapshot"):
@@ -293,12 +292,13 @@ class _Run:
         return mixed_head_profile(ema_net, ts.diffusion, ts.prediction, ts.loader, ts.device,
                                   n_images=SNAPSHOT_HEAD_IMAGES, stride=max(1, ts.diffusion.T // 20))
 
-    def write_log(self, lr: float, beta1: float) -> dict:
+    def write_log(self) -> dict:
         """Reduce the interval's device sums over ranks (the one host sync per log interval), append
         the record to ``train_log.jsonl`` (rank 0) and the event files, and reset the sums.
 
         Losses are per-sample means over the interval; ``loss_bins``/``count_bins``: per timestep
-        bin (:data:`LOG_BINS` bins); ``sec_per_step`` in seconds; ``lr``/``beta1``: the last step's."""
+        bin (:data:`LOG_BINS` bins); ``sec_per_step`` in seconds; ``lr``/``beta1``: what the last
+        step set (:attr:`TrainStep.lr`: the training step owns them)."""
         ts, world, acc = self.ts, self.world, self.ts.acc
         sums = torch.cat([acc.loss.view(1), acc.loss_raw.view(1), acc.grad_norm.view(1) / world.size, acc.bin_sum,
                           acc.bin_count, acc.heads.flatten()])
@@ -312,7 +312,7 @@ class _Run:
             "loss": float(sums[0]) / n, "loss_raw": float(sums[1]) / n,
             "grad_norm": float(sums[2]) / max(acc.steps, 1),
             "loss_bins": [float(s / c) if c > 0 else None for s, c in zip(bins_sum, bins_cnt)],
-            "count_bins": [int(c) for c in bins_cnt], "lr": lr, "beta1": beta1,
+            "count_bins": [int(c) for c in bins_cnt], "lr": ts.lr, "beta1": ts.beta1,
         }
         if isinstance(ts.prediction, MixedPrediction):
             heads = sums[3 + 2 * LOG_BINS:].view(len(HEADS), LOG_BINS)
