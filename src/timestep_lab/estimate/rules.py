@@ -42,7 +42,7 @@ from timestep_lab.features import FEATURE_NETS
 from timestep_lab.solvers import make_solver
 from timestep_lab.studies.profile import profile_timesteps
 from timestep_lab.workflow import prepared_dir
-from timestep_lab.workflow.runs import eval_sample
+from timestep_lab.workflow.runs import eval_sample, fid_sample_count
 
 __all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "FID_TOOLS"]
 
@@ -241,7 +241,7 @@ def _feature_rules(c: _Counter) -> list[RuleCost]:
     test_split = plan.study["data"].get("test_split")
     if test_split:  # the floor: held-out images through both tools (the bootstrap is CPU linear algebra)
         floor = RuleCost("floor", 1, _GPU, notes=["200 bootstrap Fréchet distances per tool (CPU)"])
-        c.features(floor, "floor", min(plan.split_size(test_split), ev["num_samples"] or plan.split_size(test_split)))
+        c.features(floor, "floor", min(plan.split_size(test_split), fid_sample_count(ev)))
         out.append(floor)
     return out
 
@@ -250,18 +250,19 @@ def _scoring_rules(c: _Counter) -> list[RuleCost]:
     """``sample_score`` (final FIDs), ``evaluate_progress`` (FID against images seen), ``collect``."""
     plan, ev = c.plan, c.plan.evaluation
     scored = _rule("sample_score", plan.evaluated_runs(), _GPU)  # sampling and scoring in one job
+    n_final, n_progress = fid_sample_count(ev), fid_sample_count(ev, progress=True)
     for rid in plan.evaluated_runs():
-        c.sampling(scored, rid, rid, ev["num_samples"], keep=True)
-        c.features(scored, rid, ev["num_samples"])
+        c.sampling(scored, rid, rid, n_final, keep=True)
+        c.features(scored, rid, n_final)
     progress = _rule("evaluate_progress", plan.progress_runs(), _GPU)
     points = 0
     for rid in plan.progress_runs():
         n = snapshot_count(c.cfg(rid))
         points += n
-        c.sampling(progress, rid, rid, n * ev["progress_num_samples"], keep=False)
-        c.features(progress, rid, n * ev["progress_num_samples"])
+        c.sampling(progress, rid, rid, n * n_progress, keep=False)
+        c.features(progress, rid, n * n_progress)
     if progress.jobs:
-        progress.notes.append(f"{points} snapshots x {ev['progress_num_samples']} samples")
+        progress.notes.append(f"{points} snapshots x {n_progress} samples")
     return [scored, progress, _rule("collect", ["collect"], False)]
 
 
@@ -314,6 +315,6 @@ def _consistency_rules(c: _Counter) -> list[RuleCost]:
     cons = _rule("consistency", ["consistency"], False, notes=["distances between stored samples (CPU)"])
     n_pairs = math.comb(len(plan.consistency_runs()), 2)
     if n_pairs and extractor == "digits-cnn":
-        cons.add("consistency", Work(extractor, extractor_flops(extractor), n_pairs * 2 * plan.evaluation["num_samples"],
+        cons.add("consistency", Work(extractor, extractor_flops(extractor), n_pairs * 2 * fid_sample_count(plan.evaluation),
                                      "forward", "fp32", step="features"))
     return [pred, cons]

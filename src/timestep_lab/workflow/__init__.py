@@ -22,7 +22,17 @@ their own jobs (``from timestep_lab.workflow.collect import collect``), ``warm``
 from timestep_lab.timeranges import scale_range
 from timestep_lab.workflow.checked import check_run_configs
 from timestep_lab.workflow.run_yaml import write_run_config
-from timestep_lab.workflow.runs import AXES, Run, build_runs, deep_merge, eval_sample, prepared_dir, run_config
+from timestep_lab.workflow.runs import (
+    AXES,
+    Run,
+    build_runs,
+    deep_merge,
+    eval_sample,
+    fid_sample_count,
+    prepared_dir,
+    run_config,
+    scoring_sample,
+)
 from timestep_lab.workflow.snakefile import config_source_error, launcher, opt, schema_error_summary
 from timestep_lab.workflow.study import check_spelling, contribution_ranges, reference_run, study_runs
 
@@ -34,6 +44,8 @@ __all__ = [
     "reference_run",
     "run_config",
     "eval_sample",
+    "fid_sample_count",
+    "scoring_sample",
     "deep_merge",
     "scale_range",
     "prepared_dir",
