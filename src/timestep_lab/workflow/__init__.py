@@ -8,15 +8,15 @@ module                      holds                                               
 ``run_yaml``                ``run.yaml`` with the run-time facts (init model, slots)    config
 ``snakefile``               launcher, shell flags, schema-error summary                 stdlib
 ``checked``                 run configs checked at DAG build, once (.snakemake record)  config (torch lazily)
-``warm``                    a local run's warm-start server: start, wait, stop          stdlib, warmstart
 ``collect``                 results -> metrics.csv, runs.csv, summary.json              pandas, studies
 ``dvc_export``              summary/metrics -> DVC metrics and plots files              pandas
 ==========================  =========================================================  =====================
 
-This package's ``__init__`` and the first six modules import no torch, pandas or scipy: the
+This package's ``__init__`` and the first five modules import no torch, pandas or scipy: the
 Snakefile imports them when it builds the DAG. ``collect`` and ``dvc_export`` are imported by
-their own jobs (``from timestep_lab.workflow.collect import collect``), ``warm`` by
-``workflow/rules/warmstart.smk``; none of the three is re-exported here.
+their own jobs (``from timestep_lab.workflow.collect import collect``) and are not re-exported
+here. Warm start is not the study table's: ``workflow/rules/warmstart.smk`` starts it from
+:mod:`timestep_lab.warmstart.launch`.
 """
 
 from timestep_lab.timeranges import scale_range
