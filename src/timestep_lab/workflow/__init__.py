@@ -15,8 +15,7 @@ module                      holds                                               
 This package's ``__init__`` and the first five modules import no torch, pandas or scipy: the
 Snakefile imports them when it builds the DAG. ``collect`` and ``dvc_export`` are imported by
 their own jobs (``from timestep_lab.workflow.collect import collect``) and are not re-exported
-here. Warm start is not the study table's: ``workflow/rules/warmstart.smk`` starts it from
-:mod:`timestep_lab.warmstart.launch`.
+here.
 """
 
 from timestep_lab.timeranges import scale_range
