@@ -46,9 +46,15 @@ DEFAULT_DERIVED_KIMG = 8  # length of a derived run whose section sets no train.
 
 
 def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
-    """Fail on a retired run-length key, naming it and its replacement (called before the schema
-    check, whose message could not name the new spelling)."""
+    """Fail on a retired key, naming it and its replacement (called before the schema check, whose
+    message could not name the new spelling): the run-length keys of the analyses, and
+    ``analyses.consistency.num_samples`` (never read: the FID sample count is
+    ``evaluation.num_samples``)."""
     analyses = study.get("analyses")
+    consistency = analyses.get("consistency") if isinstance(analyses, Mapping) else None
+    if isinstance(consistency, Mapping) and "num_samples" in consistency:
+        raise ConfigError(f"{source}: analyses.consistency.num_samples is not a setting: the consistency analysis "
+                          f"compares the runs' scored samples, evaluation.num_samples of them; delete the key")
     for (section, key), where in _RETIRED.items():
         spec = analyses.get(section) if isinstance(analyses, Mapping) else None
         if isinstance(spec, Mapping) and key in spec:
