@@ -234,7 +234,7 @@ def test_run_length_has_one_spelling():
 def test_the_fid_sample_count_has_one_spelling_in_a_study():
     """``analyses.consistency.num_samples`` was never read (the analysis compares the runs' scored
     samples): one error line names it and the setting that counts, before the schema check."""
-    from timestep_lab.workflow import fid_sample_count, scoring_sample
+    from timestep_lab.workflow import contribution_sample_count, fid_sample_count, scoring_sample
 
     s = study(c={"list": [{"seed": 0}]})
     s["analyses"] = {"consistency": {"num_samples": 64}}
@@ -245,6 +245,8 @@ def test_the_fid_sample_count_has_one_spelling_in_a_study():
     assert fid_sample_count(ev) == 359 and fid_sample_count(ev, progress=True) == 200
     assert scoring_sample(ev, {"diffusion": {"kind": "flow"}}, progress=True) == {"num_samples": 200, "method": "heun",
                                                                                   "steps": 10}
+    assert contribution_sample_count({"analyses": {"timestep_contribution": {"num_samples": 64}}}) == 64
+    assert contribution_sample_count({}) == 500
 
 
 def test_dag_build_imports_no_torch_pandas_or_scipy():

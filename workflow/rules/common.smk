@@ -233,7 +233,7 @@ def contribution_args():
     sample = spec.get("sample", {})
     steps = sample.get("steps")
     args = ["--ranges", *[str(x) for lo_hi in spec.get("ranges", []) for x in lo_hi],
-            "--num-samples", spec.get("num_samples", 500), "--method", sample.get("method", "ddpm"),
+            "--num-samples", W.contribution_sample_count(config), "--method", sample.get("method", "ddpm"),
             "--steps", "null" if steps is None else steps, "--eta", sample.get("eta", 1.0),
             "--spacing", sample.get("spacing", "uniform"), "--min-steps", spec.get("min_steps", 2),
             "--bootstrap", spec.get("bootstrap", 200)]

@@ -41,7 +41,7 @@ from timestep_lab.estimate.study import REPORTS, Plan
 from timestep_lab.features import FEATURE_NETS
 from timestep_lab.solvers import make_solver
 from timestep_lab.studies.profile import profile_timesteps
-from timestep_lab.workflow import prepared_dir
+from timestep_lab.workflow import contribution_sample_count, prepared_dir
 from timestep_lab.workflow.runs import eval_sample, fid_sample_count
 
 __all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "FID_TOOLS"]
@@ -288,8 +288,7 @@ def _contribution_rules(c: _Counter) -> list[RuleCost]:
     labels = plan.contribution_labels()
     if labels:  # "none" and "final" at least
         contrib = _rule("contribution", ["contribution"], _GPU)
-        spec = (plan.study.get("analyses") or {}).get("timestep_contribution") or {}
-        n_contrib = int(spec.get("num_samples", 500))
+        n_contrib = contribution_sample_count(plan.study)
         evals = plan.contribution_evaluations()
         net = c.net("reference")
         contrib.images_sampled += n_contrib * len(labels)

@@ -33,7 +33,13 @@ from timestep_lab.workflow.runs import (
     scoring_sample,
 )
 from timestep_lab.workflow.snakefile import config_source_error, launcher, opt, schema_error_summary
-from timestep_lab.workflow.study import check_spelling, contribution_ranges, reference_run, study_runs
+from timestep_lab.workflow.study import (
+    check_spelling,
+    contribution_ranges,
+    contribution_sample_count,
+    reference_run,
+    study_runs,
+)
 
 __all__ = [
     "Run",
@@ -49,6 +55,7 @@ __all__ = [
     "scale_range",
     "prepared_dir",
     "contribution_ranges",
+    "contribution_sample_count",
     "check_spelling",
     "write_run_config",
     "launcher",

@@ -38,7 +38,8 @@ from timestep_lab.workflow.runs import (
     run_id,
 )
 
-__all__ = ["study_runs", "reference_run", "finetune_runs", "contribution_ranges", "check_spelling"]
+__all__ = ["study_runs", "reference_run", "finetune_runs", "contribution_ranges", "contribution_sample_count",
+           "check_spelling"]
 
 # retired study-config keys -> the analysis section that now takes ``overrides: {train.total_kimg: N}``
 _RETIRED = {("slots", "finetune_kimg"): "analyses.slots", ("batch_size", "toward_zero_kimg"): "analyses.batch_size"}
@@ -168,6 +169,14 @@ def finetune_runs(study: Mapping[str, Any], ref: Run, source: str = "study") -> 
             cfg = _derived_config(ref.config, {"timesteps": sampler, "train": {"seed": seed}}, slots, where)
             out[rid] = Run(rid, axes, cfg, (), "reference", extra={**extra, "seed": seed})
     return out
+
+
+def contribution_sample_count(study: Mapping[str, Any]) -> int:
+    """Samples per arm of the timestep-contribution analysis (one held-out image each):
+    ``analyses.timestep_contribution.num_samples``, 500 when unset. The one place it is read
+    (the rule's ``--num-samples`` and the estimate ask here)."""
+    spec = (study.get("analyses") or {}).get("timestep_contribution") or {}
+    return int(spec.get("num_samples", 500))
 
 
 def contribution_ranges(study: Mapping[str, Any]) -> dict[str, tuple[int, int] | None]:
