@@ -22,8 +22,9 @@ run: venv
 	@echo "Done. Open $(CURDIR)/reports/digits/index.html"
 
 # Two pytest-xdist workers (a 2-core machine; TEST_WORKERS=0 runs in one process). loadgroup keeps
-# the tests of one xdist group in one worker: tests/conftest.py puts every test that uses the SLURM
-# cluster or the smoke study in group "study", so each starts once per session.
+# the tests of one xdist group in one worker: tests/xdist_groups.py (hooked in by tests/conftest.py)
+# puts every test that uses the SLURM cluster in group "study" and every test that uses the smoke
+# study in group "smoke", so each starts once per session.
 TEST_WORKERS ?= 2
 test: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import ROOT, tiny_config
-from timestep_lab.io import ArtifactError, UnsafeCheckpointError, load_torch, save_torch, sha256_file
+from timestep_lab.io import ArtifactError, UnsafeCheckpointError, load_torch, peek_torch, save_torch, sha256_file
 from timestep_lab.sampling import load_samples, save_samples
 from timestep_lab.train import train
 
@@ -43,6 +43,27 @@ def test_truncated_model_is_refused_by_name_and_nothing_is_written(trained, tmp_
     assert r.returncode == 2, r.stderr
     assert f"error: {bad}" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "s.npz").exists()
+
+
+def test_sample_settings_are_peeked_without_the_weights_and_the_full_load_still_checks_the_file(trained, tmp_path):
+    """``sample`` reads the model's ``sample:`` settings with peek_torch (tensors mapped, not read),
+    then loads the file once in full: a file whose weights were changed after it was written
+    still fails on its checksum, naming the file, before any sample is written."""
+    full, peek = load_torch(trained / "model.pt"), peek_torch(trained / "model.pt")
+    assert peek["config"] == full["config"] and set(peek) == set(full)
+    assert all(torch.equal(peek["ema"][k], v) for k, v in full["ema"].items())
+    obj = torch.load(trained / "model.pt", weights_only=True)
+    next(iter(obj["ema"].values())).add_(1.0)  # damaged weights behind an intact checksum entry
+    bad = tmp_path / "model.pt"
+    torch.save(obj, bad)
+    assert peek_torch(bad)["config"] == full["config"]
+    r = _cli("sample", "--model", str(bad), "--out", str(tmp_path / "s.npz"), "--set", "sample.num_samples=4",
+             "--no-progress")
+    assert r.returncode == 2 and f"error: {bad}: corrupted" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "s.npz").exists()
+    with pytest.raises(ArtifactError, match="truncated"):
+        (tmp_path / "cut.pt").write_bytes((trained / "model.pt").read_bytes()[:1000])
+        peek_torch(tmp_path / "cut.pt")
 
 
 def test_corrupted_resume_checkpoint_is_named_not_silently_restarted(digits_dir, tmp_path):

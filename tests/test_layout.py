@@ -1,4 +1,4 @@
-"""The house rules, checked on the tree: small modules, no import circles, every cited document
+"""The house rules, checked on the tree: small modules and functions, no import circles, every cited document
 and section exists (docs/design.md §2)."""
 
 from __future__ import annotations
@@ -48,6 +48,13 @@ def _imports(path: Path) -> set[str]:
 
 def test_no_source_file_over_400_lines():
     long = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
+
+
+def test_no_function_over_60_lines():
+    long = {f"{p.relative_to(ROOT)}:{n.lineno} {n.name}": n.end_lineno - n.lineno + 1
+            for p in PKG.rglob("*.py") for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 60}
     assert not long, long
 
 

@@ -345,7 +345,7 @@ THREE_JOBS = ["data/prepared/digits-test/manifest.json", "data/prepared/digits-t
     ("1", THREE_JOBS[:1], False),  # one command: fewer than MIN_JOBS, not worth a server
 ])
 def test_warm_start_follows_its_switch_end_to_end(tmp_path, setting, targets, warm):
-    from timestep_lab.workflow.warm import MIN_JOBS
+    from timestep_lab.warmstart.launch import MIN_JOBS
 
     assert len(THREE_JOBS) == MIN_JOBS
     root = copy_worktree(tmp_path / "repo")

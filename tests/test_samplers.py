@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,6 +129,17 @@ IID_CASES = {  # case: (sampler, params, T)
     "shift_uniform": ("shift", {"shift": 3.0}, T),
     "shift_logit_normal_down": ("shift", {"base": {"name": "logit_normal", "params": {"m": 0.5}}, "shift": 0.4}, 100),
     "curriculum": ("curriculum", {}, T),
+}
+
+
+#: samplers whose histogram is tested by a test of their own (draws inside a batch dependent, or a
+#: state to build first), not through IID_CASES
+OWN_HISTOGRAM_TESTS = {
+    "loss_second_moment": "test_loss_second_moment_histogram_matches_probs",
+    "clts": "test_clts_histogram_matches_probs_at_its_progress",
+    "slot_balanced": "test_slot_balanced_stratified_histogram_matches_probs",
+    "speed": "test_speed_dual_marginal_matches_draws_and_differs_from_the_plain_pdf",
+    "adaptive": "tests/test_adaptive.py",
 }
 
 
@@ -459,6 +471,43 @@ def test_bad_sampler_parameters_fail_at_config_load_naming_the_key(digits_dir, t
     cfg = tiny_config(digits_dir, **sections)  # T = 100
     with pytest.raises(ConfigError, match=message):
         check_config(cfg, "run.yaml")
+
+
+# ---------------------------------------------------------------------------- the docs and the tests know it
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _table_names() -> set[str]:
+    """The first column of the table in ``timesteps/__init__.py``'s docstring."""
+    import timestep_lab.timesteps as pkg
+
+    rows = pkg.__doc__.split("==\n", 2)[2].split("\n==")[0]  # between the header's rule and the closing rule
+    return {line.split()[0] for line in rows.splitlines() if line.strip() and not line.startswith("=")}
+
+
+def _methods_sampler_text() -> str:
+    """docs/methods.md §1 (timestep samplers) and §12.2-12.3 (the flow trainers' options)."""
+    md = (ROOT / "docs" / "methods.md").read_text()
+    return md[md.index("## 1 Timestep samplers"):md.index("## 2 Loss weightings")] + \
+        md[md.index("### 12.2 "):md.index("### 12.4 ")]
+
+
+@pytest.mark.parametrize("name", SAMPLERS.names())
+def test_every_sampler_is_in_the_docs_table_methods_and_a_histogram_test(name):
+    assert name in _table_names(), f"{name}: no row in the table of src/timestep_lab/timesteps/__init__.py"
+    assert f"`{name}`" in _methods_sampler_text(), f"{name}: not in docs/methods.md §1 or §12.2-12.3"
+    assert name in {case[0] for case in IID_CASES.values()} | set(OWN_HISTOGRAM_TESTS), \
+        f"{name}: no case in IID_CASES and no entry in OWN_HISTOGRAM_TESTS"
+
+
+def test_the_docs_table_names_only_registered_samplers():
+    assert _table_names() == set(SAMPLERS.names())
+
+
+def test_own_histogram_tests_exist():
+    for name, test in OWN_HISTOGRAM_TESTS.items():
+        assert test.startswith("tests/") and (ROOT / test).exists() or test in globals(), (name, test)
 
 
 # ---------------------------------------------------------------------------- training smoke runs

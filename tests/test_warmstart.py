@@ -18,7 +18,7 @@ import pytest
 from conftest import tiny_config
 from timestep_lab.config import dump_config
 from timestep_lab.warmstart import SOCKET_ENV
-from timestep_lab.workflow.warm import ENTRY, WarmStart, supported
+from timestep_lab.warmstart.launch import ENTRY, WarmStart, supported
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -231,10 +231,10 @@ def test_the_server_stops_forking_once_a_file_of_the_package_changes(tmp_path):
 def test_the_socket_folder_goes_when_snakemake_is_killed_and_stale_ones_at_the_next_start(tmp_path):
     """A SIGKILLed snakemake never calls stop: the server removes its folder when it ends; a
     folder left by a dead maker (both killed) is removed by the next start."""
-    from timestep_lab.workflow.warm import FOLDER_PREFIX
+    from timestep_lab.warmstart.launch import FOLDER_PREFIX
 
     holder = subprocess.run([sys.executable, "-c", (
-        "import os, signal; from timestep_lab.workflow.warm import WarmStart; "
+        "import os, signal; from timestep_lab.warmstart.launch import WarmStart; "
         f"w = WarmStart({str(tmp_path / 'w.log')!r}, tmp_dir={str(tmp_path)!r}, preload=False); w.start(); "
         "print(w.dir, flush=True); os.kill(os.getpid(), signal.SIGKILL)")], env=_env(), capture_output=True, text=True,
         timeout=120)

@@ -231,6 +231,24 @@ def test_run_length_has_one_spelling():
             study_runs(bad)
 
 
+def test_the_fid_sample_count_has_one_spelling_in_a_study():
+    """``analyses.consistency.num_samples`` was never read (the analysis compares the runs' scored
+    samples): one error line names it and the setting that counts, before the schema check."""
+    from timestep_lab.workflow import contribution_sample_count, fid_sample_count, scoring_sample
+
+    s = study(c={"list": [{"seed": 0}]})
+    s["analyses"] = {"consistency": {"num_samples": 64}}
+    with pytest.raises(ConfigError, match=r"analyses\.consistency\.num_samples .*evaluation\.num_samples"):
+        study_runs(s)
+    ev = {"num_samples": 359, "progress_num_samples": 200, "sample": {"method": "ddim", "steps": 20},
+          "sample_by_kind": {"flow": {"method": "heun", "steps": 10}}}
+    assert fid_sample_count(ev) == 359 and fid_sample_count(ev, progress=True) == 200
+    assert scoring_sample(ev, {"diffusion": {"kind": "flow"}}, progress=True) == {"num_samples": 200, "method": "heun",
+                                                                                  "steps": 10}
+    assert contribution_sample_count({"analyses": {"timestep_contribution": {"num_samples": 64}}}) == 64
+    assert contribution_sample_count({}) == 500
+
+
 def test_dag_build_imports_no_torch_pandas_or_scipy():
     import subprocess
     import sys

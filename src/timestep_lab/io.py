@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Mapping
 from timestep_lab.checksums import CHECKSUM_KEY, NPZ_CHECKSUMS, array_sha256, content_sha256
 
 __all__ = [
+    "peek_torch",
     "ArtifactError",
     "UnsafeCheckpointError",
     "atomic_path",
@@ -312,15 +313,42 @@ def load_torch(path: str | Path, map_location: Any = "cpu", check: Callable[[Any
     (its content differs from the checksum recorded when it was written), and
     :class:`UnsafeCheckpointError` when it contains pickled code.
     """
+    path = Path(path)
+    obj = _torch_load(path, map_location=map_location)
+    if isinstance(obj, dict):
+        want = obj.pop(CHECKSUM_KEY, None)
+        if want is None and str(obj.get("format", "")).startswith("timestep_lab."):
+            raise ArtifactError(f"{path}: carries no content checksum (not written by this version of "
+                                f"timestep_lab); write it again")
+        if want is not None and content_sha256(obj) != want:
+            raise ArtifactError(f"{path}: corrupted: the sha256 of its content differs from the one recorded when "
+                                f"it was written")
+    if check is not None:
+        check(obj)
+    return obj
+
+
+def peek_torch(path: str | Path) -> Any:
+    """What :func:`load_torch` returns, without reading its tensors: they are memory-mapped, not
+    read (the plain items, a run's embedded ``config`` say, cost only the archive's pickle). The
+    checksum is NOT checked: for settings read before the file is loaded in full by
+    :func:`load_torch`, which checks it. Same errors as :func:`load_torch` otherwise."""
+    obj = _torch_load(Path(path), map_location="cpu", mmap=True)
+    if isinstance(obj, dict):
+        obj.pop(CHECKSUM_KEY, None)
+    return obj
+
+
+def _torch_load(path: Path, **kwargs: Any) -> Any:
+    """``torch.load(path, weights_only=True, **kwargs)`` with every failure an error naming the file."""
     import pickle
 
     import torch
 
-    path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"{path}: checkpoint not found")
     try:
-        obj = torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, weights_only=True, **kwargs)
     except pickle.UnpicklingError as exc:
         msg = str(exc)
         if "weights_only" in msg.lower() or "Unsupported global" in msg or "GLOBAL" in msg:
@@ -336,14 +364,3 @@ def load_torch(path: str | Path, map_location: Any = "cpu", check: Callable[[Any
     except (RuntimeError, EOFError, ValueError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else repr(exc)
         raise ArtifactError(f"{path}: corrupted or truncated checkpoint ({first})") from None
-    if isinstance(obj, dict):
-        want = obj.pop(CHECKSUM_KEY, None)
-        if want is None and str(obj.get("format", "")).startswith("timestep_lab."):
-            raise ArtifactError(f"{path}: carries no content checksum (not written by this version of "
-                                f"timestep_lab); write it again")
-        if want is not None and content_sha256(obj) != want:
-            raise ArtifactError(f"{path}: corrupted: the sha256 of its content differs from the one recorded when "
-                                f"it was written")
-    if check is not None:
-        check(obj)
-    return obj

@@ -34,7 +34,9 @@ OPTIM_SCHEDULES: Registry["OptimSchedule"] = Registry("optimizer schedule")
 
 
 class OptimSchedule:
-    """Maps images seen to ``(lr, beta1)`` and writes them into the optimizer."""
+    """Maps images seen to ``(lr, beta1)`` and writes them into the optimizer: the one owner of
+    the learning rate during training (the training step calls :meth:`apply` before each
+    optimizer step and records what it set; the loop logs that record)."""
 
     def __init__(self, lr: float, beta1: float, warmup_kimg: float):
         self.lr0, self.beta1_0, self.warmup_nimg = lr, beta1, warmup_kimg * 1000.0
@@ -107,11 +109,16 @@ def make_schedule(cfg: OptimConfig) -> OptimSchedule:
                                  warmup_kimg=cfg.warmup_kimg)
 
 
-def make_optimizer(params, cfg: OptimConfig, device: torch.device) -> torch.optim.Optimizer:
-    """Adam / AdamW with fused kernels on CUDA (``cfg.fused`` overrides) and foreach on CPU."""
+def make_optimizer(params, cfg: OptimConfig, device: torch.device, schedule: OptimSchedule) -> torch.optim.Optimizer:
+    """Adam / AdamW with fused kernels on CUDA (``cfg.fused`` overrides) and foreach on CPU.
+
+    The learning rate and beta1 are the schedule's: it starts the optimizer at its values for 0
+    images seen, and the training step (:meth:`OptimSchedule.apply`) sets them before every
+    step; ``cfg.lr`` reaches the optimizer only through the schedule (``lr_0``)."""
     cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[cfg.name]
     fused = (device.type == "cuda") if cfg.fused is None else cfg.fused
-    kwargs = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    lr, beta1 = schedule.values(0)
+    kwargs = dict(lr=lr, betas=(beta1, cfg.betas[1]), eps=cfg.eps, weight_decay=cfg.weight_decay)
     if fused:
         return cls(params, fused=True, **kwargs)
     return cls(params, foreach=True, **kwargs)

@@ -175,13 +175,13 @@ def weights_arg():
     return W.opt("--weights", feature_weights())
 
 
-def eval_sample_overrides(num_samples, run="reference"):
-    """``--set sample.*`` of the scoring protocol for ``run``: ``evaluation.sample``, with
-    ``evaluation.sample_by_kind`` for its process (a flow run is scored with its ODE solver)."""
-    s = W.eval_sample(config["evaluation"], RUNS[run].config if run in RUNS else {})
-    sets = [f"sample.num_samples={num_samples}"]
-    sets += [f"sample.{k}={'null' if v is None else v}" for k, v in s.items()]
-    return [f"--set={x}" for x in sets]
+def eval_sample_overrides(run="reference", progress=False):
+    """``--set sample.*`` of the scoring protocol for ``run`` (``timestep_lab.workflow.scoring_sample``):
+    the FID sample count (at progress points: ``evaluation.progress_num_samples``), then
+    ``evaluation.sample`` with ``evaluation.sample_by_kind`` for its process (a flow run is
+    scored with its ODE solver)."""
+    s = W.scoring_sample(config["evaluation"], RUNS[run].config if run in RUNS else {}, progress=progress)
+    return [f"--set=sample.{k}={'null' if v is None else v}" for k, v in s.items()]
 
 
 def final_outputs():
@@ -233,7 +233,7 @@ def contribution_args():
     sample = spec.get("sample", {})
     steps = sample.get("steps")
     args = ["--ranges", *[str(x) for lo_hi in spec.get("ranges", []) for x in lo_hi],
-            "--num-samples", spec.get("num_samples", 500), "--method", sample.get("method", "ddpm"),
+            "--num-samples", W.contribution_sample_count(config), "--method", sample.get("method", "ddpm"),
             "--steps", "null" if steps is None else steps, "--eta", sample.get("eta", 1.0),
             "--spacing", sample.get("spacing", "uniform"), "--min-steps", spec.get("min_steps", 2),
             "--bootstrap", spec.get("bootstrap", 200)]

@@ -65,7 +65,7 @@ rule floor:
     params:
         data=parent_dir("data"),
         weights=weights_arg(),
-        num_samples=W.opt("--num-samples", config["evaluation"]["num_samples"]),
+        num_samples=W.opt("--num-samples", W.fid_sample_count(config["evaluation"])),
     log:
         f"{LOGS}/floor/floor.log",
     benchmark:
@@ -96,7 +96,7 @@ rule sample_score:
         model=lambda wc: model_path(wc.run),
         fmt=lambda wc: model_format(wc.run),
         weights=weights_arg(),
-        sets=lambda wc: eval_sample_overrides(config["evaluation"]["num_samples"], wc.run),
+        sets=lambda wc: eval_sample_overrides(wc.run),
     log:
         f"{LOGS}/sample_score/{{run}}.log",
     benchmark:
@@ -122,7 +122,7 @@ rule evaluate_progress:
         f"{RES}/runs/{{run}}/fid_progress.json",
     params:
         weights=weights_arg(),
-        sets=lambda wc: eval_sample_overrides(config["evaluation"]["progress_num_samples"], wc.run)
+        sets=lambda wc: eval_sample_overrides(wc.run, progress=True)
         + ([] if config["evaluation"].get("progress_kid_pr", True)
            else ["--set", "eval.kid=false", "--set", "eval.precision_recall=false"]),
         events=lambda wc: f"{LOGS}/tensorboard/{wc.run}",  # beside the run's training curves

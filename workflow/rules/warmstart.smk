@@ -9,7 +9,7 @@
 # (tests/test_slurm.py asserts that a cluster run starts no server).
 import os as _os
 
-from timestep_lab.workflow.warm import MIN_JOBS, WarmStart
+from timestep_lab.warmstart.launch import MIN_JOBS, WarmStart
 
 WARM_START = WarmStart(f"{LOGS}/warm_start.log")
 

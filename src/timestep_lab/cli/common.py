@@ -30,7 +30,7 @@ from timestep_lab.config import (
     load_config,
     load_yaml,
 )
-from timestep_lab.io import load_torch
+from timestep_lab.io import peek_torch
 
 __all__ = [
     "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "config_args", "runtime_args", "load_run_config", "eval_config",
@@ -146,7 +146,9 @@ def eval_config(args: argparse.Namespace, allowed: tuple[str, ...] = ("eval",)) 
 
 def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: str = "timestep_lab") -> SampleConfig:
     """The model's own ``sample:`` settings (timestep_lab files only), changed by ``config``'s sample
-    section and then by ``overrides`` (``sample.KEY=VALUE``)."""
+    section and then by ``overrides`` (``sample.KEY=VALUE``). The model file's embedded config is
+    read without its weights (:func:`~timestep_lab.io.peek_torch`: the tensors are mapped, not
+    read); the sampler then loads the file once, and checks its checksum."""
     for o in overrides:  # before any work: an override this command would not use is an error, not a no-op
         key = o.split("=", 1)[0].strip()
         if key.split(".", 1)[0] != "sample":
@@ -155,7 +157,7 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
             raise ConfigError(f"--set {o}: sampling takes only sample.* overrides; '{key}' is not used here{hint}")
     data, kind = {}, "gaussian"  # pretrained formats are Gaussian diffusions
     if fmt == "timestep_lab":
-        obj = load_torch(model)
+        obj = peek_torch(model)
         embedded = obj.get("config", {}) if isinstance(obj, dict) else {}
         data = dict(embedded.get("sample", {}) or {})
         kind = (embedded.get("diffusion") or {}).get("kind", "gaussian")

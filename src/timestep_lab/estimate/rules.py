@@ -41,8 +41,8 @@ from timestep_lab.estimate.study import Plan
 from timestep_lab.features import FEATURE_NETS
 from timestep_lab.solvers import make_solver
 from timestep_lab.studies.profile import profile_timesteps
-from timestep_lab.workflow import prepared_dir
-from timestep_lab.workflow.runs import eval_sample
+from timestep_lab.workflow import contribution_sample_count, prepared_dir
+from timestep_lab.workflow.runs import eval_sample, fid_sample_count
 
 __all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "FID_TOOLS"]
 
@@ -174,18 +174,39 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     job named as its benchmark file is (``workflow/rules/*.smk``: the run id, the t-range label,
     the report name, or the rule's own name for a one-job rule)."""
     c = _Counter(plan)
-    gpu = True  # the rules with network work ask for a GPU on a cuda study (train_resources / gpu_resources)
-    ev = plan.evaluation
-    out: list[RuleCost] = []
+    out: list[RuleCost] = _data_rules(c)
+    train = _train_rule(c)
+    out.append(train)
+    out += _feature_rules(c)
+    out += _scoring_rules(c)
+    out += _profile_rules(c)
+    out += _contribution_rules(c)
+    out += _consistency_rules(c)
+    out += [_rule("verdicts", ["verdicts"], False), _rule("report", plan.reports(), False),
+            _rule("estimate", ["estimate"], False), _rule("index", ["index"], False),
+            RuleCost("all", 1, False)]  # the default target: a job of Snakemake's, no benchmark file
+    if c.notes:
+        train.notes += sorted(c.notes)
+    return out
 
+
+#: the rules with network work ask for a GPU on a cuda study (train_resources / gpu_resources)
+_GPU = True
+
+
+def _data_rules(c: _Counter) -> list[RuleCost]:
+    """``prepare_data`` (one job per split; disk: uint8 images) and ``run_config``."""
+    plan = c.plan
     splits = plan.prepared_splits()
     prep = _rule("prepare_data", [Path(prepared_dir(plan.study["data"], s)).name for s in splits], False)
     prep.disk_bytes = sum(plan.split_size(s) * c.img_bytes for s in splits)
-    out.append(prep)
-    out.append(_rule("run_config", plan.trained_runs(), False))
+    return [prep, _rule("run_config", plan.trained_runs(), False)]
 
-    train = _rule("train", plan.trained_runs(), gpu)
-    for rid in plan.trained_runs():
+
+def _train_rule(c: _Counter) -> RuleCost:
+    """``train``: every trained run's images, optimizer steps and files (module docstring)."""
+    train = _rule("train", c.plan.trained_runs(), _GPU)
+    for rid in c.plan.trained_runs():
         cfg, net = c.cfg(rid), c.net(rid)
         images = trained_images(cfg)
         train.images_trained += images
@@ -194,8 +215,13 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
         train.add(rid, Work(net.key, net.train, images, "train", precision, step="train",
                             steps=images // cfg.train.batch_size))
         train.disk_bytes += net.params * 4 * (2 + 4 + snapshot_count(cfg))
-    out.append(train)
+    return train
 
+
+def _feature_rules(c: _Counter) -> list[RuleCost]:
+    """``train_features`` (trained extractors only), ``reference_stats`` and ``floor`` (with a
+    held-out split): images through the FID extractor."""
+    plan, ev, out = c.plan, c.plan.evaluation, []
     extractor = ev["extractor"]
     if extractor in FEATURE_NETS and FEATURE_NETS[extractor].trained:  # the rehearsal's stand-in is written, not trained
         net = FEATURE_NETS[extractor]
@@ -205,7 +231,7 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
         feats.add("train_features", Work(extractor, extractor_flops(extractor, train=True), n_train, "train", "fp32",
                                          step="features"))
         out.append(feats)
-    ref = _rule("reference_stats", ["reference_stats"], gpu)
+    ref = _rule("reference_stats", ["reference_stats"], _GPU)
     n_ref = plan.split_size(plan.study["data"]["train_split"])
     n_ref = min(n_ref, ev["reference_max_images"] or n_ref)
     c.features(ref, "reference_stats", n_ref)
@@ -214,44 +240,55 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
     out.append(ref)
     test_split = plan.study["data"].get("test_split")
     if test_split:  # the floor: held-out images through both tools (the bootstrap is CPU linear algebra)
-        floor = RuleCost("floor", 1, gpu, notes=["200 bootstrap Fréchet distances per tool (CPU)"])
-        c.features(floor, "floor", min(plan.split_size(test_split), ev["num_samples"] or plan.split_size(test_split)))
+        floor = RuleCost("floor", 1, _GPU, notes=["200 bootstrap Fréchet distances per tool (CPU)"])
+        c.features(floor, "floor", min(plan.split_size(test_split), fid_sample_count(ev)))
         out.append(floor)
+    return out
 
-    scored = _rule("sample_score", plan.evaluated_runs(), gpu)  # sampling and scoring in one job
+
+def _scoring_rules(c: _Counter) -> list[RuleCost]:
+    """``sample_score`` (final FIDs), ``evaluate_progress`` (FID against images seen), ``collect``."""
+    plan, ev = c.plan, c.plan.evaluation
+    scored = _rule("sample_score", plan.evaluated_runs(), _GPU)  # sampling and scoring in one job
+    n_final, n_progress = fid_sample_count(ev), fid_sample_count(ev, progress=True)
     for rid in plan.evaluated_runs():
-        c.sampling(scored, rid, rid, ev["num_samples"], keep=True)
-        c.features(scored, rid, ev["num_samples"])
-    out.append(scored)
-
-    progress = _rule("evaluate_progress", plan.progress_runs(), gpu)
+        c.sampling(scored, rid, rid, n_final, keep=True)
+        c.features(scored, rid, n_final)
+    progress = _rule("evaluate_progress", plan.progress_runs(), _GPU)
     points = 0
     for rid in plan.progress_runs():
         n = snapshot_count(c.cfg(rid))
         points += n
-        c.sampling(progress, rid, rid, n * ev["progress_num_samples"], keep=False)
-        c.features(progress, rid, n * ev["progress_num_samples"])
+        c.sampling(progress, rid, rid, n * n_progress, keep=False)
+        c.features(progress, rid, n * n_progress)
     if progress.jobs:
-        progress.notes.append(f"{points} snapshots x {ev['progress_num_samples']} samples")
-    out += [progress, _rule("collect", ["collect"], False)]
+        progress.notes.append(f"{points} snapshots x {n_progress} samples")
+    return [scored, progress, _rule("collect", ["collect"], False)]
 
-    prof = _rule("profile_losses", plan.profiled_runs(), gpu)
+
+def _profile_rules(c: _Counter) -> list[RuleCost]:
+    """``profile_losses``, ``optimal_profile`` (when asked), ``slots``, ``interference`` and its control."""
+    plan = c.plan
+    prof = _rule("profile_losses", plan.profiled_runs(), _GPU)
     for rid in plan.profiled_runs():
         c.profile(prof, rid, rid, grad=rid == "reference")
-    out += [prof, _rule("slots", ["slots"], False), _rule("interference", ["interference"], False)]
+    out = [prof]
+    if plan.optimal_profile():
+        out.append(_rule("optimal_profile", ["optimal_profile"], False,
+                         notes=["closed form: N_train x D per bank image and t (CPU)"]))
+    out += [_rule("slots", ["slots"], False), _rule("interference", ["interference"], False)]
     if plan.finetune_runs() and plan.control_runs():
         out.append(_rule("interference_control", ["interference_control"], False))
+    return out
 
-    if plan.optimal_profile():
-        opt = _rule("optimal_profile", ["optimal_profile"], False,
-                    notes=["closed form: N_train x D per bank image and t (CPU)"])
-        out.insert(next(i for i, r in enumerate(out) if r.rule == "slots"), opt)
 
+def _contribution_rules(c: _Counter) -> list[RuleCost]:
+    """``contribution`` (when the study has t-ranges: arms "none" and "final" at least) and ``posterior``."""
+    plan, out = c.plan, []
     labels = plan.contribution_labels()
     if labels:  # "none" and "final" at least
-        contrib = _rule("contribution", ["contribution"], gpu)
-        spec = (plan.study.get("analyses") or {}).get("timestep_contribution") or {}
-        n_contrib = int(spec.get("num_samples", 500))
+        contrib = _rule("contribution", ["contribution"], _GPU)
+        n_contrib = contribution_sample_count(plan.study)
         evals = plan.contribution_evaluations()
         net = c.net("reference")
         contrib.images_sampled += n_contrib * len(labels)
@@ -263,21 +300,20 @@ def rule_costs(plan: Plan) -> list[RuleCost]:
                              f"{evals} network evaluations per sample")
         out.append(contrib)
     out.append(_rule("posterior", ["posterior"], False))
+    return out
 
-    pred = _rule("profile_predictions", ["profile_predictions"], gpu)
+
+def _consistency_rules(c: _Counter) -> list[RuleCost]:
+    """``profile_predictions`` and ``consistency``: every pair of the consistency runs' sample
+    sets: pixel distances, and (digits) both sets' digits-CNN features again per pair
+    (``timestep_lab consistency``)."""
+    plan, extractor = c.plan, c.plan.evaluation["extractor"]
+    pred = _rule("profile_predictions", ["profile_predictions"], _GPU)
     for rid in plan.prediction_runs():
         c.profile(pred, "profile_predictions", rid, grad=False)
-    # every pair of the consistency runs' sample sets: pixel distances, and (digits) both sets'
-    # digits-CNN features again per pair (`timestep_lab consistency`)
     cons = _rule("consistency", ["consistency"], False, notes=["distances between stored samples (CPU)"])
     n_pairs = math.comb(len(plan.consistency_runs()), 2)
     if n_pairs and extractor == "digits-cnn":
-        cons.add("consistency", Work(extractor, extractor_flops(extractor), n_pairs * 2 * ev["num_samples"], "forward",
-                                     "fp32", step="features"))
-    out += [pred, cons]
-    out += [_rule("verdicts", ["verdicts"], False), _rule("report", plan.reports(), False),
-            _rule("estimate", ["estimate"], False), _rule("index", ["index"], False),
-            RuleCost("all", 1, False)]  # the default target: a job of Snakemake's, no benchmark file
-    if c.notes:
-        train.notes += sorted(c.notes)
-    return out
+        cons.add("consistency", Work(extractor, extractor_flops(extractor), n_pairs * 2 * fid_sample_count(plan.evaluation),
+                                     "forward", "fp32", step="features"))
+    return [pred, cons]

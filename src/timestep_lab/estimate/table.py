@@ -161,45 +161,90 @@ def _number(h: float) -> str:
     return f"{h:,.1f}" if h >= 10 else f"{h:.3g}"
 
 
+@dataclass(frozen=True)
+class _Units:
+    """How hours are printed: GPU-h on a GPU, CPU-s for a CPU study of under a core-hour (the unit
+    study_cost.py measures in), else CPU-h; ``scale`` turns hours into that unit."""
+
+    unit: str
+    scale: float
+    seconds: bool
+
+    @classmethod
+    def of(cls, est: Estimate) -> "_Units":
+        dev = DEVICES[est.device]
+        seconds = not dev.gpu and est.gpu_hours < 1
+        unit, scale = ("GPU-h", 1.0) if dev.gpu else ("CPU-s", 3600.0) if seconds else ("CPU-h", 1.0)
+        return cls(unit, scale, seconds)
+
+    def hours(self, h: float) -> str:
+        return _number(h * self.scale)
+
+    def range(self, lo: float | None, hi: float | None) -> str:
+        return "-" if lo is None or hi is None else f"{self.hours(lo)}-{self.hours(hi)}"
+
+
 def format_table(est: Estimate) -> str:
-    dev = DEVICES[est.device]
-    # a CPU study of under a core-hour reads better in CPU-s, the unit study_cost.py measures in
-    seconds = not dev.gpu and est.gpu_hours < 1
-    unit, scale = ("GPU-h", 1.0) if dev.gpu else ("CPU-s", 3600.0) if seconds else ("CPU-h", 1.0)
-
-    def hours_text(h: float) -> str:
-        return _number(h * scale)
-
-    def _range(lo: float | None, hi: float | None) -> str:
-        return "-" if lo is None or hi is None else f"{hours_text(lo)}-{hours_text(hi)}"
-
-    head = ["rule", "jobs", "img trained", "img sampled", "net evals", "FLOPs", unit, "range", "disk"]
-    shown = est.measured is not None
-    if shown:
-        head += ["measured", "est/meas"]
-    head.append("basis")
+    """The estimate as text: a header, the rule table (with measured cost and est/meas beside it
+    when given), notes, the numbered sources and the rates carried to the device, the share of
+    progress evaluation, the budget advice and the total line."""
+    dev, u = DEVICES[est.device], _Units.of(est)
     index: dict[str, int] = {}
     for r in est.rows:
         for _, _, key, _, _ in r.sources:
             index.setdefault(key, len(index) + 1)
+    out = [f"# {est.study} ({est.source}) on {dev.name}"]
+    if est.calibration:
+        out.append(f"# {est.calibration}")
+    elif not dev.gpu:
+        out.append("# not calibrated on this machine: FLOPs at the rates below, bookkeeping jobs unpriced; run a "
+                   "study, then estimate it again to fit this machine (docs/methods.md §11.2)")
+    out += _rule_table(est, u, index)
+    notes = [f"  {r.cost.rule}: {n}" for r in est.rows for n in r.cost.notes]
+    if notes:
+        out += ["notes:", *notes]
+    if index:
+        out += _source_lines(est, index)
+    train, progress = est.hours("train"), est.hours("evaluate_progress")
+    if train:
+        flops = {r.cost.rule: r.cost.flops for r in est.rows}
+        share = flops.get("evaluate_progress", 0) / flops["train"] if flops.get("train") else 0.0
+        out.append(f"progress evaluation / training: {progress / train:.1%} of the {u.unit.split('-')[0]} time, "
+                   f"{share:.1%} of the FLOPs")
+    if est.advice is not None:
+        out += format_advice(est.advice)
+    kind = "GPU-hours" if dev.gpu else "CPU-s (no GPU-hours)" if u.seconds else "CPU-core-hours (no GPU-hours)"
+    out.append(f"total: {u.hours(est.gpu_hours)} {kind} on {dev.name} "
+               f"(range {u.range(est.low_hours, est.high_hours)})")
+    return "\n".join(out)
+
+
+def _rule_table(est: Estimate, u: _Units, index: dict[str, int]) -> list[str]:
+    """The table's lines: head, rule, one line per rule, rule, total (columns padded to fit)."""
+    dev = DEVICES[est.device]
+    head = ["rule", "jobs", "img trained", "img sampled", "net evals", "FLOPs", u.unit, "range", "disk"]
+    shown = est.measured is not None
+    if shown:
+        head += ["measured", "est/meas"]
+    head.append("basis")
     lines = []
     for r in est.rows:
         c = r.cost
         line = [c.rule, str(c.jobs), human(c.images_trained), human(c.images_sampled), human(c.evaluations),
-                human(c.flops), "-" if r.gpu_hours is None else hours_text(r.gpu_hours), _range(r.low, r.high),
+                human(c.flops), "-" if r.gpu_hours is None else u.hours(r.gpu_hours), u.range(r.low, r.high),
                 human(c.disk_bytes, "B")]
         if shown:
             meas = est.measured.get(c.rule)
             ratio = est.ratio(c.rule)
-            line += ["-" if meas is None else hours_text(meas / 3600), "-" if ratio is None else f"{ratio:.2f}"]
+            line += ["-" if meas is None else u.hours(meas / 3600), "-" if ratio is None else f"{ratio:.2f}"]
         line.append(_cited(r, index) or ("CPU job" if dev.gpu else ""))
         lines.append(line)
     total = ["total", str(int(est.total("jobs"))), human(est.total("images_trained")), human(est.total("images_sampled")),
-             human(est.total("evaluations")), human(est.total("flops")), hours_text(est.gpu_hours),
-             _range(est.low_hours, est.high_hours), human(est.total("disk_bytes"), "B")]
+             human(est.total("evaluations")), human(est.total("flops")), u.hours(est.gpu_hours),
+             u.range(est.low_hours, est.high_hours), human(est.total("disk_bytes"), "B")]
     if shown:
         ratio = est.ratio("total")
-        total += [hours_text(sum(est.measured.values()) / 3600), "-" if ratio is None else f"{ratio:.2f}"]
+        total += [u.hours(sum(est.measured.values()) / 3600), "-" if ratio is None else f"{ratio:.2f}"]
     total.append("")
     widths = [max(len(row[i]) for row in (head, *lines, total)) for i in range(len(head))]
     left = {0, len(head) - 1}
@@ -208,40 +253,25 @@ def format_table(est: Estimate) -> str:
         return "  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip()
 
     rule = "-" * len(fmt(head))
-    out = [f"# {est.study} ({est.source}) on {dev.name}"]
-    if est.calibration:
-        out.append(f"# {est.calibration}")
-    elif not dev.gpu:
-        out.append("# not calibrated on this machine: FLOPs at the rates below, bookkeeping jobs unpriced; run a "
-                   "study, then estimate it again to fit this machine (docs/methods.md §11.2)")
-    out += [fmt(head), rule, *map(fmt, lines), rule, fmt(total)]
-    notes = [f"  {r.cost.rule}: {n}" for r in est.rows for n in r.cost.notes]
-    if notes:
-        out += ["notes:", *notes]
-    if index:
-        text = {key: desc for r in est.rows for _, _, key, desc, _ in r.sources}
-        out += ["sources (docs/methods.md §11.1; the range runs from the fastest to the slowest):",
-                *[textwrap.fill(text[key], 110, initial_indent=f"  [{i}] ", subsequent_indent="      ")
-                  for key, i in index.items()]]
-        carried: dict[tuple[str, str], dict[int, float]] = {}
-        for r in est.rows:
-            for step, model, key, _, ips in r.sources:
-                carried.setdefault((step, model), {})[index[key]] = ips
-        out.append(f"carried to {dev.name} (images or network evaluations per second):")
-        out += [f"  {step}, {model}: " + ", ".join(f"{v:,.0f} [{i}]" for i, v in sorted(ips.items(), key=lambda kv: kv[1]))
-                for (step, model), ips in carried.items()]
-    train, progress = est.hours("train"), est.hours("evaluate_progress")
-    if train:
-        flops = {r.cost.rule: r.cost.flops for r in est.rows}
-        share = flops.get("evaluate_progress", 0) / flops["train"] if flops.get("train") else 0.0
-        out.append(f"progress evaluation / training: {progress / train:.1%} of the {unit.split('-')[0]} time, "
-                   f"{share:.1%} of the FLOPs")
-    if est.advice is not None:
-        out += format_advice(est.advice)
-    kind = "GPU-hours" if dev.gpu else "CPU-s (no GPU-hours)" if seconds else "CPU-core-hours (no GPU-hours)"
-    out.append(f"total: {hours_text(est.gpu_hours)} {kind} on {dev.name} "
-               f"(range {_range(est.low_hours, est.high_hours)})")
-    return "\n".join(out)
+    return [fmt(head), rule, *map(fmt, lines), rule, fmt(total)]
+
+
+def _source_lines(est: Estimate, index: dict[str, int]) -> list[str]:
+    """The numbered sources, then the rates (images or network evaluations per second) each
+    source gives on this device, per step kind and model."""
+    dev = DEVICES[est.device]
+    text = {key: desc for r in est.rows for _, _, key, desc, _ in r.sources}
+    out = ["sources (docs/methods.md §11.1; the range runs from the fastest to the slowest):",
+           *[textwrap.fill(text[key], 110, initial_indent=f"  [{i}] ", subsequent_indent="      ")
+             for key, i in index.items()]]
+    carried: dict[tuple[str, str], dict[int, float]] = {}
+    for r in est.rows:
+        for step, model, key, _, ips in r.sources:
+            carried.setdefault((step, model), {})[index[key]] = ips
+    out.append(f"carried to {dev.name} (images or network evaluations per second):")
+    out += [f"  {step}, {model}: " + ", ".join(f"{v:,.0f} [{i}]" for i, v in sorted(ips.items(), key=lambda kv: kv[1]))
+            for (step, model), ips in carried.items()]
+    return out
 
 
 def to_json(est: Estimate) -> dict:

@@ -344,7 +344,7 @@ def _analyses(an: Mapping[str, Any], scale: _Scaler, sizes: Sizes, base: Mapping
                 bs[key] = scale.batch(bs[key])
         bs["overrides"] = _derived_overrides(bs.get("overrides"), scale)
         out["batch_size"] = bs
-    for key in ("timestep_contribution", "consistency"):
-        if key in an:
-            out[key] = {**an[key], "num_samples": min(int(an[key].get("num_samples", 500)), sizes.num_samples)}
+    if "timestep_contribution" in an:  # consistency compares the runs' samples: evaluation.num_samples
+        tc = an["timestep_contribution"]
+        out["timestep_contribution"] = {**tc, "num_samples": min(int(tc.get("num_samples", 500)), sizes.num_samples)}
     return out

@@ -68,38 +68,56 @@ def run_contribution(model: str | Path, heldout: np.ndarray, reference: str | Pa
             "status": m.info.get("status", "ok"), "method": method, "steps": len(chain), "num_timesteps": diffusion.T,
             "eta": eta if method == "ddim" else None, "spacing": spacing, "use_ema": m.info.get("use_ema"), "clip_x0": True,
             "seed_range": [seeds[0], seeds[-1]], "num_samples": n, "prediction": m.info.get("prediction")}
-    rows, feats = [], {}
-    out_dir = Path(out_dir)
+    rows, feats, scores = [], {}, {}
     for arm in arms:
-        arm_meta = {**meta, "gt_range": list(arm.replaced) if arm.replaced else None}
-        folder = out_dir / arm.label
-        folder.mkdir(parents=True, exist_ok=True)
-        save_samples(folder / "samples.npz", images[arm.label], seeds, arm_meta)
-        save_grid(images[arm.label][:100], folder / "samples.png")
-        scores = evaluate_samples(images[arm.label], ref, cfg=cfg, weights=weights, samples_meta=arm_meta, device=device)
-        atomic_write_json(folder / "metrics.json", {**scores, "samples_file": str(folder / "samples.npz")})
-        feats[arm.label] = sample_features(images[arm.label], ref, cfg=cfg, weights=weights, device=device)
-        dist = heldout_distance(images[arm.label], held)
-        rows.append({"label": arm.label, "kind": arm.kind, "paper": list(arm.paper) if arm.paper else None,
-                     "replaced": list(arm.replaced) if arm.replaced else None, "chain_steps": arm.steps,
-                     "fid": {r["tool"]: r["value"] for r in scores["records"] if r["metric"] == "fid"},
-                     "rms_to_heldout": _interval(dist["rms"], replicates=bootstrap),
-                     "copies": float(dist["copy"].mean())})
-    boot = bootstrap_fid(feats, ref, replicates=bootstrap)
+        row, feats[arm.label], scores = _score_arm(arm, images[arm.label], held, seeds, meta, ref, Path(out_dir),
+                                                   cfg=cfg, weights=weights, device=device, bootstrap=bootstrap)
+        rows.append(row)
+    result = _result(rows, bootstrap_fid(feats, ref, replicates=bootstrap), scores["label"], meta, chain,
+                     min_steps=min_steps)
+    atomic_write_json(out_json, result)
+    return result
+
+
+def _score_arm(arm, images: np.ndarray, held: np.ndarray, seeds: list[int], meta: dict[str, Any], ref,
+               out_dir: Path, *, cfg: EvalConfig, weights, device, bootstrap: int):
+    """Write one arm's ``samples.npz``, ``samples.png`` and ``metrics.json`` under ``out_dir/<label>``
+    and score it. ``images``: uint8 NHWC ``[n, H, W, C]``; ``held``: the first ``n`` held-out images.
+    Returns the arm's row, its features (for the paired bootstrap) and its metrics dict."""
+    arm_meta = {**meta, "gt_range": list(arm.replaced) if arm.replaced else None}
+    folder = out_dir / arm.label
+    folder.mkdir(parents=True, exist_ok=True)
+    save_samples(folder / "samples.npz", images, seeds, arm_meta)
+    save_grid(images[:100], folder / "samples.png")
+    scores = evaluate_samples(images, ref, cfg=cfg, weights=weights, samples_meta=arm_meta, device=device)
+    atomic_write_json(folder / "metrics.json", {**scores, "samples_file": str(folder / "samples.npz")})
+    feats = sample_features(images, ref, cfg=cfg, weights=weights, device=device)
+    dist = heldout_distance(images, held)
+    row = {"label": arm.label, "kind": arm.kind, "paper": list(arm.paper) if arm.paper else None,
+           "replaced": list(arm.replaced) if arm.replaced else None, "chain_steps": arm.steps,
+           "fid": {r["tool"]: r["value"] for r in scores["records"] if r["metric"] == "fid"},
+           "rms_to_heldout": _interval(dist["rms"], replicates=bootstrap),
+           "copies": float(dist["copy"].mean())}
+    return row, feats, scores
+
+
+def _result(rows: list[dict[str, Any]], boot: dict[str, Any], label: str, meta: dict[str, Any], chain: Chain, *,
+            min_steps: int) -> dict[str, Any]:
+    """The contribution.json dict: every arm's row with its bootstrap FID and its paired
+    differences to the "final" and "none" arms (``boot``: :func:`bootstrap_fid`), the chain,
+    the model and the bootstrap's settings."""
     for row in rows:
         row["fid_bootstrap"] = boot["fid"][row["label"]]
         for other in ("final", "none"):
             if row["label"] != other:
                 row[f"minus_{other}"] = boot["diff"][f"{row['label']}-{other}"]
-    result = json_safe({
-        "format": CONTRIBUTION_FORMAT, "label": scores["label"], "num_samples": n,
-        "chain": {"method": method, "steps": len(chain), "num_timesteps": diffusion.T, "eta": meta["eta"],
-                  "spacing": spacing, "timesteps": [int(u) for u in chain.used],
+    return json_safe({
+        "format": CONTRIBUTION_FORMAT, "label": label, "num_samples": meta["num_samples"],
+        "chain": {"method": meta["method"], "steps": len(chain), "num_timesteps": meta["num_timesteps"],
+                  "eta": meta["eta"], "spacing": meta["spacing"], "timesteps": [int(u) for u in chain.used],
                   "final_step": int(chain.used[0]), "min_steps": int(min_steps)},
         "model": {k: meta[k] for k in ("model", "model_sha256", "model_format", "nimg")},
         "bootstrap": {k: boot[k] for k in ("replicates", "seed", "level", "interval")},
-        "units": {"fid": scores["label"], "rms_to_heldout": "RMS pixel distance, images scaled to [0, 1]"},
+        "units": {"fid": label, "rms_to_heldout": "RMS pixel distance, images scaled to [0, 1]"},
         "arms": rows,
     })
-    atomic_write_json(out_json, result)
-    return result

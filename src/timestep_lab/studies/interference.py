@@ -69,23 +69,8 @@ def interference_matrix(reference_profile: Mapping[str, Any], finetuned_profiles
     if np.any(before <= 0):
         j = int(np.flatnonzero(before <= 0)[0]) + 1
         raise InputError(f"slot {j} has zero reference loss: relative changes are undefined")
-    trained: list[int] = []
-    profiles: dict[int, Mapping[str, Any]] = {}
-    for k, prof in finetuned_profiles.items():
-        kk = int(k)
-        if not 1 <= kk <= n:
-            raise InputError(f"fine-tuned slot {k!r} is not a 1-based slot number in [1, {n}]")
-        if kk in profiles:
-            raise InputError(f"fine-tuned slot {kk} given twice")
-        if int(prof["T"]) != T:
-            raise InputError(f"profile for slot {kk} has T = {prof['T']}, the reference has T = {T}")
-        for field in ("seed", "num_images"):
-            if field in prof and field in reference_profile and prof[field] != reference_profile[field]:
-                raise InputError(f"profile for slot {kk} used {field} = {prof[field]}, the reference "
-                                 f"{reference_profile[field]}: the profiles are not comparable")
-        profiles[kk] = prof
-        trained.append(kk)
-    trained.sort()
+    profiles = _checked_profiles(reference_profile, finetuned_profiles, n, T)
+    trained = sorted(profiles)
     after = [np.asarray(slot_sums(profile_per_t(profiles[k], key), slots)) for k in trained]
     matrix = [(a - before) / before for a in after]
     diagonal = [float(m[k - 1]) for k, m in zip(trained, matrix)]
@@ -110,6 +95,28 @@ def interference_matrix(reference_profile: Mapping[str, Any], finetuned_profiles
         "max_off_diagonal_increase": entry(max(off, key=lambda e: e[0]) if off else None),
         "mean_off_diagonal": float(np.mean([e[0] for e in off])) if off else None,
     }
+
+
+def _checked_profiles(reference_profile: Mapping[str, Any], finetuned_profiles: Mapping[Any, Mapping[str, Any]],
+                      n: int, T: int) -> dict[int, Mapping[str, Any]]:
+    """``{k: profile}`` with ``k`` an int in ``[1, n]``, once each, every profile of ``T``
+    timesteps and measured with the reference's bank (``seed``, ``num_images``); else an
+    :class:`InputError` naming the slot."""
+    profiles: dict[int, Mapping[str, Any]] = {}
+    for k, prof in finetuned_profiles.items():
+        kk = int(k)
+        if not 1 <= kk <= n:
+            raise InputError(f"fine-tuned slot {k!r} is not a 1-based slot number in [1, {n}]")
+        if kk in profiles:
+            raise InputError(f"fine-tuned slot {kk} given twice")
+        if int(prof["T"]) != T:
+            raise InputError(f"profile for slot {kk} has T = {prof['T']}, the reference has T = {T}")
+        for field in ("seed", "num_images"):
+            if field in prof and field in reference_profile and prof[field] != reference_profile[field]:
+                raise InputError(f"profile for slot {kk} used {field} = {prof[field]}, the reference "
+                                 f"{reference_profile[field]}: the profiles are not comparable")
+        profiles[kk] = prof
+    return profiles
 
 
 def interference_vs_control(reference_profile: Mapping[str, Any],

@@ -56,7 +56,7 @@ from timestep_lab.train.files import (
 )
 from timestep_lab.train.mixed_heads import mixed_head_profile
 from timestep_lab.train.monitor import LOG_BINS, NonFiniteLossError
-from timestep_lab.train.step import build_train_step
+from timestep_lab.train.step import TrainStep, build_train_step
 from timestep_lab.train.stop import StopRequest
 
 __all__ = ["TrainResult", "train"]
@@ -112,161 +112,22 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
 def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, world: World,
            stop_after_kimg: float | None, stop: StopRequest, events: str | Path | None,
            code: Mapping[str, Any] | None) -> TrainResult:
+    """:func:`train` inside its run lock: build the step, resume or start, run the steps, write
+    the final files (each part a method of :class:`_Run`, in this order)."""
     tc = cfg.train
-    ts = build_train_step(cfg, world=world)
-    device, data, loader, diffusion, prediction = ts.device, ts.data, ts.loader, ts.diffusion, ts.prediction
-    net, sampler, optimizer, ema, stream, gen, acc, guard = (ts.net, ts.sampler, ts.optimizer, ts.ema, ts.stream,
-                                                              ts.gen, ts.acc, ts.guard)
-    wall_before = 0.0
-
-    # Resume (a run of another config is set aside and this one starts fresh: .files).
-    ckpt = read_resume_checkpoint(paths, cfg, set_aside_stale=world.is_main) if resume else None
-    if ckpt is not None:
-        net.load_state_dict(ckpt["model"])
-        ema.load_state_dict(ckpt["ema"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        sampler.load_state_dict(ckpt["sampler"])
-        stream.load_state_dict(ckpt["stream"])
-        gen.set_state(ckpt["generator"])
-        acc.load_state_dict(ckpt["acc"])
-        ts.nimg, ts.steps_done, wall_before = int(ckpt["nimg"]), int(ckpt["step"]), float(ckpt["wall_time_s"])
-        truncate_log(paths.state_log, ts.nimg)
-        log.info("resumed %s at %.1f kimg (step %d)", paths.out, ts.nimg / 1000, ts.steps_done)
-    else:
-        if tc.init_from:
-            load_init_weights(net, tc.init_from, tc.init_from_ema)
-            _copy_to_ema(net, ema)
-        if world.is_main:
-            shutil.rmtree(paths.state, ignore_errors=True)
-    if world.is_main:
-        dump_config(cfg, paths.config)
-        paths.state.mkdir(parents=True, exist_ok=True)
-    curves = _open_curves(events, cfg, world, ts.nimg if ckpt is not None else None)
+    run = _Run(cfg, paths, build_train_step(cfg, world=world), world, code)
+    ckpt = run.resume_or_start(resume)
+    run.curves = _open_curves(events, cfg, world, run.ts.nimg if ckpt is not None else None)
     world.barrier()
 
     total_nimg = int(round(tc.total_kimg * 1000))
     stop_nimg = total_nimg if stop_after_kimg is None else min(total_nimg, int(round(stop_after_kimg * 1000)))
-    every = {k: int(round(getattr(tc, f"{k}_every_kimg") * 1000)) if getattr(tc, f"{k}_every_kimg") else None
-             for k in ("log", "checkpoint", "snapshot")}
-    check_each_step = device.type == "cpu" and not world.distributed  # reading a CPU tensor costs no sync
+    status, message = run.run_steps(total_nimg, stop_nimg, stop, progress)
 
-    def save_checkpoint() -> None:
-        if world.is_main:
-            save_torch({
-                "format": CHECKPOINT_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
-                "channels": data.channels, "model": net.state_dict(), "ema": ema.state_dict(),
-                "optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(), "stream": stream.state_dict(),
-                "generator": gen.get_state(), "acc": acc.state_dict(), "nimg": ts.nimg, "step": ts.steps_done,
-                "wall_time_s": wall_before + (time.perf_counter() - t_start),
-            }, paths.checkpoint)
-        world.barrier()
-
-    def save_snapshot() -> None:
-        if world.is_main:
-            snap = {"format": SNAPSHOT_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
-                    "channels": data.channels, "ema": ema_state_dict(net, ema), "nimg": ts.nimg, "step": ts.steps_done}
-            if isinstance(prediction, MixedPrediction):  # a snapshot samples like model.pt: with its own head table
-                snap["mixed_head_errors"], snap["mixed_head_per_t"] = _snapshot_heads(snap["ema"])
-            save_torch(snap, paths.state_snapshots / snapshot_name(ts.nimg))
-
-    def _snapshot_heads(ema_weights: dict) -> tuple[Tensor, Tensor]:
-        """The per-t inference head of the EMA weights, measured as for model.pt on a quarter of its
-        bank at a fifth of its timesteps (64 images, every T/20-th t: the table only picks the head
-        per t, and a snapshot is scored on fewer samples than model.pt)."""
-        ema_net = build_model(cfg, data.resolution, data.channels).to(device)
-        ema_net.load_state_dict(ema_weights)
-        return mixed_head_profile(ema_net, diffusion, prediction, loader, device, n_images=SNAPSHOT_HEAD_IMAGES,
-                                  stride=max(1, diffusion.T // 20))
-
-    def write_log(lr: float, beta1: float) -> dict:
-        sums = torch.cat([acc.loss.view(1), acc.loss_raw.view(1), acc.grad_norm.view(1) / world.size, acc.bin_sum,
-                          acc.bin_count, acc.heads.flatten()])
-        sums = world.all_reduce_sum(sums).cpu()  # the one host sync per log interval
-        n = max(int(sums[3 + LOG_BINS:3 + 2 * LOG_BINS].sum()), 1)  # samples seen by all ranks
-        bins_sum, bins_cnt = sums[3:3 + LOG_BINS], sums[3 + LOG_BINS:3 + 2 * LOG_BINS]
-        rec: dict[str, Any] = {
-            "kimg": ts.nimg / 1000, "nimg": ts.nimg, "step": ts.steps_done,
-            "wall_time_s": round(wall_before + time.perf_counter() - t_start, 3),
-            "sec_per_step": acc.wall / max(acc.steps, 1),
-            "loss": float(sums[0]) / n, "loss_raw": float(sums[1]) / n,
-            "grad_norm": float(sums[2]) / max(acc.steps, 1),
-            "loss_bins": [float(s / c) if c > 0 else None for s, c in zip(bins_sum, bins_cnt)],
-            "count_bins": [int(c) for c in bins_cnt], "lr": lr, "beta1": beta1,
-        }
-        if isinstance(prediction, MixedPrediction):
-            heads = sums[3 + 2 * LOG_BINS:].view(len(HEADS), LOG_BINS)
-            rec["mixed_head_fraction"] = {h: (heads[i] / heads.sum(0).clamp_min(1)).tolist() for i, h in enumerate(HEADS)}
-        summary = sampler.log_summary(LOG_BINS)
-        if summary:
-            rec["sampler"] = summary
-        if code is not None:
-            rec["code"] = dict(code)
-        if world.is_main:
-            with open(paths.state_log, "a") as fh:
-                fh.write(json.dumps(rec) + "\n")
-        if curves is not None:
-            curves.record(rec, sampler.probs().tolist() if sampler.stateful else None)
-        acc.reset()
-        return rec
-
-    # The loop.
-    t_start = time.perf_counter()
-    last_rec: dict | None = None
-    net.train()
-    bar = None
-    if progress and world.is_main:
-        from tqdm.auto import tqdm  # only when a progress bar is asked for: keeps `import train` fast
-
-        # counted in images; the last batch may overshoot the length, so updates are clamped to it
-        bar = tqdm(total=total_nimg, initial=min(ts.nimg, total_nimg), unit="img", unit_scale=True,
-                   desc=paths.out.name, dynamic_ncols=True)
-    status, message = "ok", ""
-    ts.lr, ts.beta1 = ts.schedule.values(ts.nimg)
-    try:
-        while ts.nimg < stop_nimg and not stop.requested(world, ts.steps_done, device):
-            t0 = time.perf_counter()
-            ts.step()
-            if check_each_step and (msg := guard.message()):
-                raise NonFiniteLossError(msg)
-            acc.wall += time.perf_counter() - t0
-            nimg = ts.nimg
-
-            crossed = lambda k: every[k] and (nimg // every[k]) > ((nimg - tc.batch_size) // every[k])  # noqa: E731
-            if crossed("log") or nimg >= stop_nimg:
-                if msg := guard.message(world):
-                    raise NonFiniteLossError(msg)
-                last_rec = write_log(ts.lr, ts.beta1)
-                if bar is not None:
-                    bar.set_postfix_str(f"loss {last_rec['loss']:.4f}")
-            if crossed("snapshot"):
-                save_snapshot()
-            if crossed("checkpoint") or nimg >= stop_nimg:
-                if msg := guard.message(world):
-                    raise NonFiniteLossError(msg)
-                save_checkpoint()
-            if bar is not None:
-                bar.update(min(nimg, total_nimg) - bar.n)
-        if ts.nimg < stop_nimg:  # a signal stopped it between two steps: save the state as it stands
-            if msg := guard.message(world):
-                raise NonFiniteLossError(msg)
-            save_checkpoint()
-    except NonFiniteLossError as exc:
-        message = f"{paths.out}: {exc}; the last checkpoint ({paths.checkpoint}) holds the weights before it"
-        if tc.on_nonfinite == "fail":
-            raise NonFiniteLossError(message) from None
-        status = "diverged"
-        log.error("%s", message)
-    finally:
-        if bar is not None:
-            bar.close()
-        if curves is not None:
-            curves.close()
-
+    ts = run.ts
     nimg, step = ts.nimg, ts.steps_done
-    wall = wall_before + time.perf_counter() - t_start
-    if last_rec is None and paths.state_log.exists():  # resumed a run that had already finished
-        lines = paths.state_log.read_text().splitlines()
-        last_rec = json.loads(lines[-1]) if lines else None
+    wall = run.wall_before + time.perf_counter() - run.t_start
+    last_rec = run.last_record()
     if nimg < total_nimg and status == "ok":  # stopped early on request: no final files
         if nimg < stop_nimg:
             status, message = "interrupted", (f"{paths.out}: stopped by {stop.name} at {nimg / 1000:.3f} kimg (step "
@@ -274,30 +135,227 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
         return TrainResult(paths.out, paths.model, "incomplete" if status == "ok" else status, nimg, step,
                            last_rec and last_rec["loss"], wall, message)
 
-    # Final files: weights (the last good ones if the run diverged), log, snapshots.
     if world.is_main:
+        run.write_final(status, message, last_rec)
+    world.barrier()
+    return TrainResult(paths.out, paths.model, status, nimg, step, last_rec["loss"] if last_rec else None, wall, message)
+
+
+class _Run:
+    """One call of :func:`_train`: the :class:`TrainStep` ``ts`` and what the loop adds around it
+    (resume, ``train_log.jsonl`` records, checkpoints, snapshots, final files). ``wall_before``:
+    seconds of earlier sessions (from the checkpoint); ``t_start``: ``perf_counter`` when this
+    session's steps began; ``last_rec``: the last log record written."""
+
+    def __init__(self, cfg: RunConfig, paths: RunPaths, ts: TrainStep, world: World, code: Mapping[str, Any] | None):
+        self.cfg, self.paths, self.ts, self.world, self.code = cfg, paths, ts, world, code
+        tc = cfg.train
+        #: the log, checkpoint and snapshot intervals in images (None: never)
+        self.every = {k: int(round(getattr(tc, f"{k}_every_kimg") * 1000)) if getattr(tc, f"{k}_every_kimg") else None
+                      for k in ("log", "checkpoint", "snapshot")}
+        self.check_each_step = ts.device.type == "cpu" and not world.distributed  # reading a CPU tensor costs no sync
+        self.curves: RunEvents | None = None
+        self.wall_before = 0.0
+        self.t_start = time.perf_counter()
+        self.last_rec: dict | None = None
+
+    def resume_or_start(self, resume: bool) -> dict | None:
+        """Load ``train_state/checkpoint.pt`` into every object (a run of another config is set
+        aside and this one starts fresh: :mod:`.files`), or start: fine-tuning weights when
+        ``train.init_from``, an empty state folder. Writes the resolved config. Returns the
+        checkpoint read, or None."""
+        cfg, paths, ts, world, tc = self.cfg, self.paths, self.ts, self.world, self.cfg.train
+        ckpt = read_resume_checkpoint(paths, cfg, set_aside_stale=world.is_main) if resume else None
+        if ckpt is not None:
+            ts.net.load_state_dict(ckpt["model"])
+            ts.ema.load_state_dict(ckpt["ema"])
+            ts.optimizer.load_state_dict(ckpt["optimizer"])
+            ts.sampler.load_state_dict(ckpt["sampler"])
+            ts.stream.load_state_dict(ckpt["stream"])
+            ts.gen.set_state(ckpt["generator"])
+            ts.acc.load_state_dict(ckpt["acc"])
+            ts.nimg, ts.steps_done, self.wall_before = int(ckpt["nimg"]), int(ckpt["step"]), float(ckpt["wall_time_s"])
+            truncate_log(paths.state_log, ts.nimg)
+            log.info("resumed %s at %.1f kimg (step %d)", paths.out, ts.nimg / 1000, ts.steps_done)
+        else:
+            if tc.init_from:
+                load_init_weights(ts.net, tc.init_from, tc.init_from_ema)
+                _copy_to_ema(ts.net, ts.ema)
+            if world.is_main:
+                shutil.rmtree(paths.state, ignore_errors=True)
+        if world.is_main:
+            dump_config(cfg, paths.config)
+            paths.state.mkdir(parents=True, exist_ok=True)
+        return ckpt
+
+    def run_steps(self, total_nimg: int, stop_nimg: int, stop: StopRequest, progress: bool) -> tuple[str, str]:
+        """Step until ``stop_nimg`` images (or a stop signal), logging, snapshotting and
+        checkpointing at their intervals. Returns ``(status, message)``: ``ok`` or ``diverged``
+        (a non-finite loss with ``train.on_nonfinite: record``; with ``fail`` it raises)."""
+        ts, tc, world, paths = self.ts, self.cfg.train, self.world, self.paths
+        self.t_start = time.perf_counter()
+        ts.net.train()
+        bar = self._progress_bar(total_nimg) if progress and world.is_main else None
+        status, message = "ok", ""
+        try:
+            while ts.nimg < stop_nimg and not stop.requested(world, ts.steps_done, ts.device):
+                self._one_step(stop_nimg, bar)
+                if bar is not None:
+                    bar.update(min(ts.nimg, total_nimg) - bar.n)
+            if ts.nimg < stop_nimg:  # a signal stopped it between two steps: save the state as it stands
+                self._check_finite()
+                self.save_checkpoint()
+        except NonFiniteLossError as exc:
+            message = f"{paths.out}: {exc}; the last checkpoint ({paths.checkpoint}) holds the weights before it"
+            if tc.on_nonfinite == "fail":
+                raise NonFiniteLossError(message) from None
+            status = "diverged"
+            log.error("%s", message)
+        finally:
+            if bar is not None:
+                bar.close()
+            if self.curves is not None:
+                self.curves.close()
+        return status, message
+
+    def _one_step(self, stop_nimg: int, bar) -> None:
+        """:meth:`TrainStep.step`, then the log record, snapshot and checkpoint whose interval
+        (:attr:`every`, in images) the step crossed; the last step logs and checkpoints."""
+        ts, every = self.ts, self.every
+        t0 = time.perf_counter()
+        ts.step()
+        if self.check_each_step and (msg := ts.guard.message()):
+            raise NonFiniteLossError(msg)
+        ts.acc.wall += time.perf_counter() - t0
+        nimg, batch = ts.nimg, self.cfg.train.batch_size
+
+        crossed = lambda k: every[k] and (nimg // every[k]) > ((nimg - batch) // every[k])  # noqa: E731
+        if crossed("log") or nimg >= stop_nimg:
+            self._check_finite()
+            self.last_rec = self.write_log()
+            if bar is not None:
+                bar.set_postfix_str(f"loss {self.last_rec['loss']:.4f}")
+        if crossed("snapshot"):
+            self.save_snapshot()
+        if crossed("checkpoint") or nimg >= stop_nimg:
+            self._check_finite()
+            self.save_checkpoint()
+
+    def _check_finite(self) -> None:
+        if msg := self.ts.guard.message(self.world):
+            raise NonFiniteLossError(msg)
+
+    def _progress_bar(self, total_nimg: int):
+        from tqdm.auto import tqdm  # only when a progress bar is asked for: keeps `import train` fast
+
+        # counted in images; the last batch may overshoot the length, so updates are clamped to it
+        return tqdm(total=total_nimg, initial=min(self.ts.nimg, total_nimg), unit="img", unit_scale=True,
+                    desc=self.paths.out.name, dynamic_ncols=True)
+
+    def last_record(self) -> dict | None:
+        """The last log record of this session, or of the log when a resumed run had no step left."""
+        if self.last_rec is None and self.paths.state_log.exists():  # resumed a run that had already finished
+            lines = self.paths.state_log.read_text().splitlines()
+            return json.loads(lines[-1]) if lines else None
+        return self.last_rec
+
+    def save_checkpoint(self) -> None:
+        ts, cfg = self.ts, self.cfg
+        if self.world.is_main:
+            save_torch({
+                "format": CHECKPOINT_FORMAT, "config": config_to_dict(cfg), "image_size": ts.data.resolution,
+                "channels": ts.data.channels, "model": ts.net.state_dict(), "ema": ts.ema.state_dict(),
+                "optimizer": ts.optimizer.state_dict(), "sampler": ts.sampler.state_dict(),
+                "stream": ts.stream.state_dict(), "generator": ts.gen.get_state(), "acc": ts.acc.state_dict(),
+                "nimg": ts.nimg, "step": ts.steps_done,
+                "wall_time_s": self.wall_before + (time.perf_counter() - self.t_start),
+            }, self.paths.checkpoint)
+        self.world.barrier()
+
+    def save_snapshot(self) -> None:
+        ts = self.ts
+        if self.world.is_main:
+            snap = {"format": SNAPSHOT_FORMAT, "config": config_to_dict(self.cfg), "image_size": ts.data.resolution,
+                    "channels": ts.data.channels, "ema": ema_state_dict(ts.net, ts.ema), "nimg": ts.nimg,
+                    "step": ts.steps_done}
+            if isinstance(ts.prediction, MixedPrediction):  # a snapshot samples like model.pt: with its own head table
+                snap["mixed_head_errors"], snap["mixed_head_per_t"] = self._snapshot_heads(snap["ema"])
+            save_torch(snap, self.paths.state_snapshots / snapshot_name(ts.nimg))
+
+    def _snapshot_heads(self, ema_weights: dict) -> tuple[Tensor, Tensor]:
+        """The per-t inference head of the EMA weights, measured as for model.pt on a quarter of its
+        bank at a fifth of its timesteps (64 images, every T/20-th t: the table only picks the head
+        per t, and a snapshot is scored on fewer samples than model.pt)."""
+        ts = self.ts
+        ema_net = build_model(self.cfg, ts.data.resolution, ts.data.channels).to(ts.device)
+        ema_net.load_state_dict(ema_weights)
+        return mixed_head_profile(ema_net, ts.diffusion, ts.prediction, ts.loader, ts.device,
+                                  n_images=SNAPSHOT_HEAD_IMAGES, stride=max(1, ts.diffusion.T // 20))
+
+    def write_log(self) -> dict:
+        """Reduce the interval's device sums over ranks (the one host sync per log interval), append
+        the record to ``train_log.jsonl`` (rank 0) and the event files, and reset the sums.
+
+        Losses are per-sample means over the interval; ``loss_bins``/``count_bins``: per timestep
+        bin (:data:`LOG_BINS` bins); ``sec_per_step`` in seconds; ``lr``/``beta1``: what the last
+        step set (:attr:`TrainStep.lr`: the training step owns them)."""
+        ts, world, acc = self.ts, self.world, self.ts.acc
+        sums = torch.cat([acc.loss.view(1), acc.loss_raw.view(1), acc.grad_norm.view(1) / world.size, acc.bin_sum,
+                          acc.bin_count, acc.heads.flatten()])
+        sums = world.all_reduce_sum(sums).cpu()  # the one host sync per log interval
+        n = max(int(sums[3 + LOG_BINS:3 + 2 * LOG_BINS].sum()), 1)  # samples seen by all ranks
+        bins_sum, bins_cnt = sums[3:3 + LOG_BINS], sums[3 + LOG_BINS:3 + 2 * LOG_BINS]
+        rec: dict[str, Any] = {
+            "kimg": ts.nimg / 1000, "nimg": ts.nimg, "step": ts.steps_done,
+            "wall_time_s": round(self.wall_before + time.perf_counter() - self.t_start, 3),
+            "sec_per_step": acc.wall / max(acc.steps, 1),
+            "loss": float(sums[0]) / n, "loss_raw": float(sums[1]) / n,
+            "grad_norm": float(sums[2]) / max(acc.steps, 1),
+            "loss_bins": [float(s / c) if c > 0 else None for s, c in zip(bins_sum, bins_cnt)],
+            "count_bins": [int(c) for c in bins_cnt], "lr": ts.lr, "beta1": ts.beta1,
+        }
+        if isinstance(ts.prediction, MixedPrediction):
+            heads = sums[3 + 2 * LOG_BINS:].view(len(HEADS), LOG_BINS)
+            rec["mixed_head_fraction"] = {h: (heads[i] / heads.sum(0).clamp_min(1)).tolist() for i, h in enumerate(HEADS)}
+        summary = ts.sampler.log_summary(LOG_BINS)
+        if summary:
+            rec["sampler"] = summary
+        if self.code is not None:
+            rec["code"] = dict(self.code)
+        if world.is_main:
+            with open(self.paths.state_log, "a") as fh:
+                fh.write(json.dumps(rec) + "\n")
+        if self.curves is not None:
+            self.curves.record(rec, ts.sampler.probs().tolist() if ts.sampler.stateful else None)
+        acc.reset()
+        return rec
+
+    def write_final(self, status: str, message: str, last_rec: dict | None) -> None:
+        """``model.pt`` (rank 0): the weights (the last good ones if the run diverged), the EMA, a
+        mixed model's per-t head table, and the final snapshot; then publish the run's files."""
+        ts, cfg, paths, nimg = self.ts, self.cfg, self.paths, self.ts.nimg
+        net, ema, data = ts.net, ts.ema, ts.data
         if status == "diverged" and paths.checkpoint.exists():
             good = load_torch(paths.checkpoint)
             net.load_state_dict(good["model"])
             ema.load_state_dict(good["ema"])
         else:
-            if every["snapshot"] and not (paths.state_snapshots / snapshot_name(nimg)).exists():
-                save_snapshot()
+            if self.every["snapshot"] and not (paths.state_snapshots / snapshot_name(nimg)).exists():
+                self.save_snapshot()
         final = {"format": MODEL_FORMAT, "config": config_to_dict(cfg), "image_size": data.resolution,
                  "channels": data.channels, "model": {k: v.detach().cpu() for k, v in net.state_dict().items()},
-                 "ema": ema_state_dict(net, ema), "nimg": nimg, "step": step, "status": status, "message": message,
-                 "final_loss": last_rec["loss"] if last_rec else None, "torch_version": str(torch.__version__)}
+                 "ema": ema_state_dict(net, ema), "nimg": nimg, "step": ts.steps_done, "status": status,
+                 "message": message, "final_loss": last_rec["loss"] if last_rec else None,
+                 "torch_version": str(torch.__version__)}
         # no wall time in model.pt: identical runs must give identical bytes (and hashes); the
         # time is in train_log.jsonl
-        if isinstance(prediction, MixedPrediction) and status == "ok":
-            ema_net = build_model(cfg, data.resolution, data.channels).to(device)
+        if isinstance(ts.prediction, MixedPrediction) and status == "ok":
+            ema_net = build_model(cfg, data.resolution, data.channels).to(ts.device)
             ema_net.load_state_dict(final["ema"])
-            errors, head = mixed_head_profile(ema_net, diffusion, prediction, loader, device)
+            errors, head = mixed_head_profile(ema_net, ts.diffusion, ts.prediction, ts.loader, ts.device)
             final["mixed_head_errors"], final["mixed_head_per_t"] = errors, head
         save_torch(final, paths.model)
         publish(paths)
-    world.barrier()
-    return TrainResult(paths.out, paths.model, status, nimg, step, last_rec["loss"] if last_rec else None, wall, message)
 
 
 def _open_curves(events: str | Path | None, cfg: RunConfig, world: World, resume_nimg: int | None) -> RunEvents | None:

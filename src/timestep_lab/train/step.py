@@ -154,7 +154,9 @@ class TrainStep:
     benchmark that calls :meth:`step` times the real training step, not a copy of it.
 
     ``nimg`` (images seen) and ``steps_done`` (optimizer steps) count what :meth:`step` did;
-    ``lr`` and ``beta1`` are the values its last call used.
+    ``lr`` and ``beta1`` are the values its last call set into the optimizer (the schedule's at
+    that ``nimg``; before the first call, at 0 images): the training step owns the learning
+    rate, and the loop logs these without asking the schedule again.
     """
 
     cfg: RunConfig
@@ -329,8 +331,8 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
         net = net.to(memory_format=torch.channels_last)
     sampler = build_sampler(cfg, diffusion.alpha_bar, device)
     weight_table = build_weighting(cfg, diffusion).weights().to(device)
-    optimizer = make_optimizer(net.parameters(), cfg.optim, device)
     schedule = make_schedule(cfg.optim)
+    optimizer = make_optimizer(net.parameters(), cfg.optim, device, schedule)
     ema = EMA(net, tc.ema_halflife_kimg, tc.ema_rampup_ratio)
     stream = IndexStream(len(data), seed=tc.seed)
     gen = StepGenerators(tc.seed, device)  # flips, t, noise: one stream each (paired arms)

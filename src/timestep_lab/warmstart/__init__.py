@@ -25,6 +25,7 @@ module        holds                                                             
 ``client``    ``forward``: send a command, relay signals, return its status      stdlib
 ``worker``    what the forked child does to become the job                       threadpoolctl
 ``server``    the accept/fork/wait loop and ``python -m ...server``              ``worker``
+``launch``    the workflow's side: start, wait for and stop one local run's server stdlib
 ============  =================================================================  =============
 """
 

@@ -14,15 +14,32 @@ module                      holds                                               
 
 This package's ``__init__`` and the first five modules import no torch, pandas or scipy: the
 Snakefile imports them when it builds the DAG. ``collect`` and ``dvc_export`` are imported by
-their own jobs (``from timestep_lab.workflow.collect import collect``) and are not re-exported here.
+their own jobs (``from timestep_lab.workflow.collect import collect``) and are not re-exported
+here.
 """
 
 from timestep_lab.timeranges import scale_range
 from timestep_lab.workflow.checked import check_run_configs
 from timestep_lab.workflow.run_yaml import write_run_config
-from timestep_lab.workflow.runs import AXES, Run, build_runs, deep_merge, eval_sample, prepared_dir, run_config
+from timestep_lab.workflow.runs import (
+    AXES,
+    Run,
+    build_runs,
+    deep_merge,
+    eval_sample,
+    fid_sample_count,
+    prepared_dir,
+    run_config,
+    scoring_sample,
+)
 from timestep_lab.workflow.snakefile import config_source_error, launcher, opt, schema_error_summary
-from timestep_lab.workflow.study import check_spelling, contribution_ranges, reference_run, study_runs
+from timestep_lab.workflow.study import (
+    check_spelling,
+    contribution_ranges,
+    contribution_sample_count,
+    reference_run,
+    study_runs,
+)
 
 __all__ = [
     "Run",
@@ -32,10 +49,13 @@ __all__ = [
     "reference_run",
     "run_config",
     "eval_sample",
+    "fid_sample_count",
+    "scoring_sample",
     "deep_merge",
     "scale_range",
     "prepared_dir",
     "contribution_ranges",
+    "contribution_sample_count",
     "check_spelling",
     "write_run_config",
     "launcher",

@@ -116,6 +116,20 @@ def eval_sample(evaluation: Mapping[str, Any], config: Mapping[str, Any]) -> dic
     return {**(evaluation.get("sample") or {}), **(by_kind.get(process_kind(config)) or {})}
 
 
+def fid_sample_count(evaluation: Mapping[str, Any], *, progress: bool = False) -> int:
+    """The study's FID sample count: ``evaluation.num_samples`` (the final FID, and the floor's
+    held-out count), or ``evaluation.progress_num_samples`` at the progress points. The one
+    place it is read: the workflow's rules and the estimate ask here."""
+    return int(evaluation["progress_num_samples" if progress else "num_samples"])
+
+
+def scoring_sample(evaluation: Mapping[str, Any], config: Mapping[str, Any], *, progress: bool = False) -> dict[str, Any]:
+    """Every ``sample.*`` setting a run is scored with: the FID sample count
+    (:func:`fid_sample_count`) and the reverse sampler (:func:`eval_sample`); over the model
+    file's own ``sample:`` settings."""
+    return {"num_samples": fid_sample_count(evaluation, progress=progress), **eval_sample(evaluation, config)}
+
+
 def prepared_dir(data: Mapping[str, Any], split: str) -> str:
     """Where ``prepare`` writes a data set split: ``<prepared>/<dataset>[-<res>]-<split>``
     (``data.prepared``, default ``data/prepared``)."""

@@ -38,7 +38,8 @@ from timestep_lab.workflow.runs import (
     run_id,
 )
 
-__all__ = ["study_runs", "reference_run", "finetune_runs", "contribution_ranges", "check_spelling"]
+__all__ = ["study_runs", "reference_run", "finetune_runs", "contribution_ranges", "contribution_sample_count",
+           "check_spelling"]
 
 # retired study-config keys -> the analysis section that now takes ``overrides: {train.total_kimg: N}``
 _RETIRED = {("slots", "finetune_kimg"): "analyses.slots", ("batch_size", "toward_zero_kimg"): "analyses.batch_size"}
@@ -46,9 +47,15 @@ DEFAULT_DERIVED_KIMG = 8  # length of a derived run whose section sets no train.
 
 
 def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
-    """Fail on a retired run-length key, naming it and its replacement (called before the schema
-    check, whose message could not name the new spelling)."""
+    """Fail on a retired key, naming it and its replacement (called before the schema check, whose
+    message could not name the new spelling): the run-length keys of the analyses, and
+    ``analyses.consistency.num_samples`` (never read: the FID sample count is
+    ``evaluation.num_samples``)."""
     analyses = study.get("analyses")
+    consistency = analyses.get("consistency") if isinstance(analyses, Mapping) else None
+    if isinstance(consistency, Mapping) and "num_samples" in consistency:
+        raise ConfigError(f"{source}: analyses.consistency.num_samples is not a setting: the consistency analysis "
+                          f"compares the runs' scored samples, evaluation.num_samples of them; delete the key")
     for (section, key), where in _RETIRED.items():
         spec = analyses.get(section) if isinstance(analyses, Mapping) else None
         if isinstance(spec, Mapping) and key in spec:
@@ -162,6 +169,14 @@ def finetune_runs(study: Mapping[str, Any], ref: Run, source: str = "study") -> 
             cfg = _derived_config(ref.config, {"timesteps": sampler, "train": {"seed": seed}}, slots, where)
             out[rid] = Run(rid, axes, cfg, (), "reference", extra={**extra, "seed": seed})
     return out
+
+
+def contribution_sample_count(study: Mapping[str, Any]) -> int:
+    """Samples per arm of the timestep-contribution analysis (one held-out image each):
+    ``analyses.timestep_contribution.num_samples``, 500 when unset. The one place it is read
+    (the rule's ``--num-samples`` and the estimate ask here)."""
+    spec = (study.get("analyses") or {}).get("timestep_contribution") or {}
+    return int(spec.get("num_samples", 500))
 
 
 def contribution_ranges(study: Mapping[str, Any]) -> dict[str, tuple[int, int] | None]:

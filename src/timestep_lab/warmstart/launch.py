@@ -1,4 +1,6 @@
-"""The workflow's side of warm start (:mod:`timestep_lab.warmstart`): one server per local run.
+"""The workflow's side of warm start: one server per local run, started and stopped by the
+workflow's own rule file (``workflow/rules/warmstart.smk``); the study table
+(:mod:`timestep_lab.workflow`) knows nothing of it.
 
 Stdlib only: the Snakefile imports it when it builds the DAG. ``workflow/rules/warmstart.smk``
 starts the server when the jobs begin (``onstart``) and stops it when they end (``onsuccess`` /
