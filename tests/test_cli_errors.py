@@ -63,6 +63,12 @@ def inputs(tiny_artifacts, digits_dir, tmp_path_factory):
     f["garbled"].write_bytes(bytes(range(256)) * 8)
     f["empty_dir"].mkdir()
     f["list_yaml"].write_text("- a\n- b\n")
+    f["zero_threads_yaml"] = tmp / "zero-threads.yaml"
+    f["zero_threads_yaml"].write_text("study: z\nresources: {threads: 0}\n")
+    for name, text in (("garbled_results", bytes(range(256)) * 8), ("list_results", b"[1, 2]")):
+        f[name] = tmp / name
+        f[name].mkdir()
+        (f[name] / "verdicts.json").write_bytes(text)
     f["garbled_py"], f["failing_py"] = tmp / "garbled.py", tmp / "failing.py"
     f["garbled_py"].write_bytes(bytes(range(256)) * 8)
     f["failing_py"].write_text("# %% tags=[\"parameters\"]\nn = 2\n\n# %%\nassert int(n) == 2, f\"shape {n}\"\n")
@@ -88,6 +94,10 @@ def _table(f) -> dict[tuple[str, str], list]:
     ic = lambda ref_=prof, ft=f"0:2={prof}", ctl=f"0={prof}", sl=slots: [  # noqa: E731
         "interference-control", "--reference", ref_, "--finetuned", ft, "--controls", ctl, "--slots", sl,
         "--out", out / "ic.json"]
+    ct = lambda model_=model, gt=f["data"], extra=(): [  # noqa: E731
+        "contribution", "--model", model_, "--gt-data", gt, "--ranges", "1", "500", "--num-samples", "4",
+        "--method", "ddim", "--steps", "10", "--min-steps", "1", "--bootstrap", "2", "--reference", ref, *ev,
+        "--out-dir", out / "ct", "--out", out / "ct.json", *extra]
     return {
         ("prepare", "empty"): ["prepare", "celebahq", "--source", f["empty_dir"], "--out", out / "p", "--resolution", "8"],
         ("prepare", "out of range"): ["prepare", "celebahq", "--source", f["empty_dir"], "--out", out / "p",
@@ -189,6 +199,32 @@ def _table(f) -> dict[tuple[str, str], list]:
         ("report", "garbled"): ["report", "--notebook", f["garbled_py"], "--out", out / "r.html"],
         # a notebook whose cell fails (the kernel runs: the one slow case)
         ("report", "wrong shape"): ["report", "--notebook", f["failing_py"], "--out", out / "r.html", "-p", "n", "3"],
+        ("floor", "empty"): ["floor", "--data", f["empty_data"], "--reference", ref, "--out", out / "f.json", *ev],
+        ("floor", "out of range"): ["floor", "--data", f["data"], "--reference", ref, "--out", out / "f.json",
+                                    "--replicates", "0", *ev],
+        ("floor", "garbled"): ["floor", "--data", f["data"], "--reference", f["garbled"], "--out", out / "f.json", *ev],
+        ("floor", "wrong shape"): ["floor", "--data", f["rgb_data"], "--reference", ref, "--out", out / "f.json", *ev],
+        ("optimal-profile", "empty"): ["optimal-profile", "--model", model, "--data", f["empty_data"], "--out",
+                                       out / "o.json", "--num-images", "8", "--stride", "20"],
+        ("optimal-profile", "out of range"): ["optimal-profile", "--model", model, "--data", f["data"], "--out",
+                                              out / "o.json", "--num-images", "0"],
+        ("optimal-profile", "garbled"): ["optimal-profile", "--model", f["garbled"], "--data", f["data"], "--out",
+                                         out / "o.json", "--num-images", "8", "--stride", "20"],
+        ("optimal-profile", "wrong shape"): ["optimal-profile", "--model", model, "--data", f["rgb_data"], "--out",
+                                             out / "o.json", "--num-images", "8", "--stride", "20"],
+        ("contribution", "empty"): ct(gt=f["empty_data"]),
+        ("contribution", "out of range"): ct(extra=["--num-samples", "0"]),
+        ("contribution", "garbled"): ct(model_=f["garbled"]),
+        ("contribution", "wrong shape"): ct(gt=f["rgb_data"]),
+        ("rehearse", "empty"): ["rehearse", f["empty_file"], "--dir", out / "reh", "--prepare-only"],
+        ("rehearse", "out of range"): ["rehearse", f["zero_threads_yaml"], "--dir", out / "reh", "--prepare-only"],
+        ("rehearse", "garbled"): ["rehearse", f["garbled"], "--dir", out / "reh", "--prepare-only"],
+        ("rehearse", "wrong shape"): ["rehearse", f["list_yaml"], "--dir", out / "reh", "--prepare-only"],
+        ("scorecard", "empty"): ["scorecard", f["empty_dir"], "--out", out / "sc.html"],
+        ("scorecard", "out of range"): ["scorecard", f["empty_dir"], "--out", out / "sc.html", "--template",
+                                        f["tmp"] / "no-such.j2"],
+        ("scorecard", "garbled"): ["scorecard", f["garbled_results"], "--out", out / "sc.html"],
+        ("scorecard", "wrong shape"): ["scorecard", f["list_results"], "--out", out / "sc.html"],
         ("estimate", "empty"): ["estimate", f["empty_file"]],
         ("estimate", "out of range"): ["estimate", "config/smoke.yaml", "--gpu", "z9000"],
         ("estimate", "garbled"): ["estimate", f["garbled"]],

@@ -166,16 +166,18 @@ def save_grid(images: np.ndarray, path: str | Path, nrow: int | None = None, sca
 def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, device: torch.device | str = "cpu",
              grid_png: str | Path | None = None, progress: bool = True, fmt: str = "timestep_lab",
              gt_images: np.ndarray | None = None, gt_range: tuple[int, int] | None = None,
-             mixed_inference: str | None = None) -> dict[str, Any]:
+             mixed_inference: str | None = None, image_size: int | None = None) -> dict[str, Any]:
     """Sample ``cfg.num_samples`` images from a model file into ``samples.npz`` (+ PNG grid).
 
     :param fmt: ``timestep_lab`` (our model.pt / snapshots) or a pretrained format.
+    :param image_size: the resolution a guided-diffusion file is used at (its file does not say).
     :param gt_images: uint8 NHWC held-out images for ground-truth replacement inside the
         0-based inclusive ``gt_range`` of original timesteps; sample ``i`` uses image ``i``.
     Returns the metadata stored in the file (sampler, steps, eta, EMA, seeds, model hash...).
     """
     device = torch.device(device)
-    loaded = load_for_inference(model_path, fmt, use_ema=cfg.use_ema, device=device, mixed_inference=mixed_inference)
+    loaded = load_for_inference(model_path, fmt, use_ema=cfg.use_ema, device=device, mixed_inference=mixed_inference,
+                                image_size=image_size)
     diffusion, prediction, meta = loaded.diffusion, loaded.prediction, loaded.info
     solver = make_solver(cfg.method)
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else None

@@ -13,7 +13,7 @@ rule profile_losses:
     params:
         model=lambda wc: model_path(wc.run),
         data=parent_dir("data"),
-        fmt=lambda wc: model_format(wc.run),
+        fmt=lambda wc: checkpoint_args(wc.run),
         bank=lambda wc: profile_args(wc.run),
     log:
         f"{LOGS}/profile_losses/{{run}}.log",
@@ -25,7 +25,7 @@ rule profile_losses:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab profile --model={params.model:q} --format={params.fmt:q} --data={params.data:q}"
+        "python -m timestep_lab profile --model={params.model:q} {params.fmt:q} --data={params.data:q}"
         " {params.bank:q} --out={output:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
@@ -39,7 +39,7 @@ rule optimal_profile:
         OPTIMAL_PROFILE,
     params:
         model=lambda wc: model_path("reference"),
-        fmt=model_format("reference"),
+        fmt=checkpoint_args("reference"),
         data=parent_dir("data"),
         bank=profile_args("optimal"),
     log:
@@ -49,8 +49,8 @@ rule optimal_profile:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab optimal-profile --model {params.model:q} --format {params.fmt:q} --data {params.data:q}"
-        " {params.bank:q} --out {output:q} > {log:q} 2>&1"
+        "python -m timestep_lab optimal-profile --model={params.model:q} {params.fmt:q} --data={params.data:q}"
+        " {params.bank:q} --out={output:q} > {log:q} 2>&1"
 
 
 rule slots:
@@ -139,7 +139,7 @@ rule contribution:
         metrics=expand(f"{RES}/analyses/contribution/{{label}}/metrics.json", label=list(CONTRIB_RANGES)),
     params:
         model=lambda wc: model_path("reference"),
-        fmt=model_format("reference"),
+        fmt=checkpoint_args("reference"),
         gt=parent_dir("gt"),
         out_dir=lambda wc, output: os.path.dirname(os.path.dirname(output.npz[0])),  # <out_dir>/<label>/samples.npz
         args=contribution_args(),
@@ -154,7 +154,7 @@ rule contribution:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab contribution --model={params.model:q} --format={params.fmt:q} --gt-data={params.gt:q}"
+        "python -m timestep_lab contribution --model={params.model:q} {params.fmt:q} --gt-data={params.gt:q}"
         " {params.args:q} --reference={input.reference:q} {params.weights:q} --out-dir={params.out_dir:q}"
         " --out={output.json:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
@@ -167,7 +167,7 @@ rule posterior:
         f"{RES}/analyses/posterior.json",
     params:
         model=lambda wc: model_path("reference"),
-        fmt=model_format("reference"),
+        fmt=checkpoint_args("reference"),
         ranges=[str(x) for lo_hi in AN.get("timestep_contribution", {}).get("ranges", []) for x in lo_hi],
     log:
         f"{LOGS}/posterior/posterior.log",
@@ -176,7 +176,7 @@ rule posterior:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab posterior --model={params.model:q} --format={params.fmt:q} --ranges {params.ranges:q}"
+        "python -m timestep_lab posterior --model={params.model:q} {params.fmt:q} --ranges {params.ranges:q}"
         " --out={output:q} > {log:q} 2>&1"
 
 

@@ -261,6 +261,14 @@ def model_format(run):
     return "timestep_lab"
 
 
+def checkpoint_args(run):
+    """``--format`` of a run's model file, and for a guided-diffusion file (which does not record
+    its resolution) ``--image-size`` = data.resolution: the options of cli.common.checkpoint_args."""
+    fmt = model_format(run)
+    size = config["data"].get("resolution")
+    return [f"--format={fmt}"] + ([f"--image-size={size}"] if fmt == "guided_diffusion" and size else [])
+
+
 def profile_args(run):
     p = PROFILE
     args = {"num-images": p.get("num_images", 256), "stride": p.get("stride", 1), "seed": p.get("seed", 1234),

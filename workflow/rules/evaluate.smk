@@ -94,7 +94,7 @@ rule sample_score:
         metrics=f"{RES}/runs/{{run}}/metrics.json",
     params:
         model=lambda wc: model_path(wc.run),
-        fmt=lambda wc: model_format(wc.run),
+        fmt=lambda wc: checkpoint_args(wc.run),
         weights=weights_arg(),
         sets=lambda wc: eval_sample_overrides(wc.run),
     log:
@@ -107,7 +107,7 @@ rule sample_score:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab sample-score --model={params.model:q} --format={params.fmt:q} --out={output.npz:q}"
+        "python -m timestep_lab sample-score --model={params.model:q} {params.fmt:q} --out={output.npz:q}"
         " --grid={output.png:q} {params.sets:q} --reference={input.reference:q} {params.weights:q}"
         " --metrics={output.metrics:q} --threads={threads} --no-progress > {log:q} 2>&1"
 

@@ -28,5 +28,5 @@ rule scorecard:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab scorecard {params.results:q} --skip-missing --template {input.template:q}"
-        " --rules {params.rules_dir:q} --out {output.html:q} --json {output.json:q} > {log:q} 2>&1"
+        "python -m timestep_lab scorecard --skip-missing --template={input.template:q} --rules={params.rules_dir:q}"
+        " --out={output.html:q} --json={output.json:q} -- {params.results:q} > {log:q} 2>&1"

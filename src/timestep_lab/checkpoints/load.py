@@ -84,20 +84,21 @@ def load_pretrained(path: str | Path, fmt: str, *, image_size: int | None = None
 
 
 def load_for_inference(path: str | Path, fmt: str = "timestep_lab", *, use_ema: bool = True, device: Any = "cpu",
-                       mixed_inference: str | None = None) -> LoadedModel:
+                       mixed_inference: str | None = None, image_size: int | None = None) -> LoadedModel:
     """Load our ``model.pt``/snapshots (``fmt="timestep_lab"``) or a pretrained checkpoint
     (``diffusers``, ``guided_diffusion``) for sampling and analysis.
 
     For a ``mixed`` model the per-t inference head comes from the model file
     (``mixed_inference="profile"``, the run's default) or a fixed head (``eps``/``x0``/``v``).
     A foreign checkpoint's process is the one its ``info`` names (fixed_large variance when it
-    names none).
+    names none). ``image_size``: the resolution a guided-diffusion state dict is used at (it does
+    not record one; default 256); the other formats record theirs.
     """
     path = Path(path)
     if fmt == "timestep_lab":
         return load_native_for_inference(path, use_ema=use_ema, device=device, mixed_inference=mixed_inference)
 
-    net, pinfo = load_pretrained(path, fmt, device=device)
+    net, pinfo = load_pretrained(path, fmt, device=device, image_size=image_size if fmt == "guided_diffusion" else None)
     if pinfo.get("schedule") is None:
         raise ArtifactError(f"{path}: cannot tell the noise schedule of this checkpoint "
                             f"({pinfo.get('schedule_error') or 'unknown'})")

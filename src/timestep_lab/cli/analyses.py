@@ -10,10 +10,9 @@ Registered into :data:`timestep_lab.cli.common.COMMANDS` on import. Must not kno
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from timestep_lab.cli.common import FORMATS, at_least, command, device, log, named_paths as _pairs, runtime_args
+from timestep_lab.cli.common import at_least, checkpoint_args, command, device, log, named_paths as _pairs, runtime_args
 from timestep_lab.config import ConfigError
 from timestep_lab.errors import InputError
 from timestep_lab.io import atomic_write_json
@@ -45,7 +44,7 @@ def _bank_images(data: Path, info: dict):
 
 def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, required=True)
-    p.add_argument("--format", default="timestep_lab", choices=FORMATS)
+    checkpoint_args(p)
     p.add_argument("--out", type=Path, required=True, help="profile JSON to write")
     _bank_args(p)
     p.add_argument("--grad-timesteps", type=at_least(0), default=0,
@@ -62,7 +61,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from timestep_lab.studies import loss_profile, save_profile
 
     dev = device(args)
-    m = load_for_inference(args.model, args.format, device=dev)
+    m = load_for_inference(args.model, args.format, device=dev, image_size=args.image_size)
     prof = loss_profile(m.net, m.diffusion, m.prediction, _bank_images(args.data, m.info), num_images=args.num_images,
                         stride=args.stride, seed=args.seed, batch_size=args.batch_size, device=dev,
                         grad_timesteps=args.grad_timesteps, grad_samples=args.grad_samples)
@@ -219,7 +218,7 @@ def cmd_predictions_profile(args: argparse.Namespace) -> int:
 
 def _posterior_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, required=True)
-    p.add_argument("--format", default="timestep_lab", choices=FORMATS)
+    checkpoint_args(p)
     p.add_argument("--ranges", type=at_least(1), nargs="*", default=None, help="paper ranges LO HI LO HI ... (T = 1000, 1-based)")
     p.add_argument("--out", type=Path, required=True)
 
@@ -230,7 +229,7 @@ def cmd_posterior(args: argparse.Namespace) -> int:
     from timestep_lab.checkpoints import load_for_inference
     from timestep_lab.studies import posterior_coefficients, replacement_ranges
 
-    m = load_for_inference(args.model, args.format)
+    m = load_for_inference(args.model, args.format, image_size=args.image_size)
     out = posterior_coefficients(m.diffusion)
     if args.ranges:
         pairs = [args.ranges[i:i + 2] for i in range(0, len(args.ranges), 2)]
@@ -244,7 +243,7 @@ def cmd_posterior(args: argparse.Namespace) -> int:
 
 def _optimal_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, required=True, help="any model of the study: its diffusion process is used")
-    p.add_argument("--format", default="timestep_lab", choices=FORMATS)
+    checkpoint_args(p)
     p.add_argument("--out", type=Path, required=True, help="profile JSON of the optimal denoiser")
     _bank_args(p)
 
@@ -254,11 +253,10 @@ def _optimal_args(p: argparse.ArgumentParser) -> None:
 def cmd_optimal_profile(args: argparse.Namespace) -> int:
     """E[x0 | x_t] of the training images, scored on the same bank and noise as `profile` (docs/methods.md 3.1)."""
     from timestep_lab.checkpoints import load_for_inference
-    from timestep_lab.data import PreparedData
     from timestep_lab.studies.optimal import optimal_profile
 
-    m = load_for_inference(args.model, args.format)
-    images = PreparedData(args.data).images
+    m = load_for_inference(args.model, args.format, image_size=args.image_size)
+    images = _bank_images(args.data, m.info)  # the bank of the profiles it is set beside: the model's images
     prof = optimal_profile(images, m.diffusion, num_images=args.num_images, stride=args.stride, seed=args.seed)
     prof["model"]["diffusion_from"] = str(args.model)
     atomic_write_json(args.out, prof)

@@ -33,7 +33,7 @@ from timestep_lab.config import (
 from timestep_lab.io import peek_torch
 
 __all__ = [
-    "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "config_args", "runtime_args", "load_run_config", "eval_config",
+    "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "checkpoint_args", "config_args", "runtime_args", "load_run_config", "eval_config",
     "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
 ]
 
@@ -88,6 +88,16 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
     parse.__name__ = f"integer >= {minimum}"
     return parse
+
+
+def checkpoint_args(p: argparse.ArgumentParser, help: str = "checkpoint format of --model") -> None:
+    """``--format`` and ``--image-size``: how to read a model file. A guided-diffusion state dict
+    does not record its resolution (the network is convolutional; the attention layers sit at
+    resolutions of it), so ``--image-size`` says it (default 256, the release's ImageNet model;
+    the workflow passes ``data.resolution``); the other formats record theirs."""
+    p.add_argument("--format", default="timestep_lab", choices=FORMATS, help=help)
+    p.add_argument("--image-size", type=at_least(1), default=None,
+                   help="resolution a guided_diffusion checkpoint is used at (default 256; ignored by the other formats)")
 
 
 def finite_at_least(minimum: float) -> Callable[[str], float]:

@@ -13,6 +13,7 @@ import contextlib
 from pathlib import Path
 
 from timestep_lab.cli.common import (
+    at_least,
     code_identity,
     command,
     config_args,
@@ -101,9 +102,9 @@ def _floor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="prepared held-out folder (the test split)")
     p.add_argument("--reference", type=Path, required=True, help="reference .npz of the training split")
     p.add_argument("--out", type=Path, required=True, help="floor.json to write")
-    p.add_argument("--num-samples", type=int, default=None,
+    p.add_argument("--num-samples", type=at_least(1), default=None,
                    help="the final FID's sample count (evaluation.num_samples); the split's size if smaller")
-    p.add_argument("--replicates", type=int, default=None, help="bootstrap replicates (default 200)")
+    p.add_argument("--replicates", type=at_least(1), default=None, help="bootstrap replicates (default 200)")
     p.add_argument("--seed", type=int, default=None, help="bootstrap seed (default 0)")
     p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
     config_args(p)

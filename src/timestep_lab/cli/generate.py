@@ -14,8 +14,8 @@ import argparse
 from pathlib import Path
 
 from timestep_lab.cli.common import (
-    FORMATS,
     at_least,
+    checkpoint_args,
     code_identity,
     command,
     config_args,
@@ -30,7 +30,7 @@ from timestep_lab.config import ConfigError
 
 def _sample_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, required=True, help="model.pt, a snapshot, or a pretrained checkpoint")
-    p.add_argument("--format", default="timestep_lab", choices=FORMATS, help="checkpoint format of --model")
+    checkpoint_args(p)
     p.add_argument("--out", type=Path, required=True, help="samples.npz to write")
     p.add_argument("--grid", type=Path, default=None, help="PNG grid of the first sample.grid_size images")
     p.add_argument("--gt-data", type=Path, default=None, help="prepared held-out images for ground-truth replacement")
@@ -57,7 +57,7 @@ def _gt_images(args: argparse.Namespace):
 
 def _generate_kwargs(args: argparse.Namespace) -> dict:
     """The keyword arguments of ``sampling.generate`` that both commands take from the same options."""
-    return {"grid_png": args.grid, "fmt": args.format, "gt_images": _gt_images(args),
+    return {"grid_png": args.grid, "fmt": args.format, "image_size": args.image_size, "gt_images": _gt_images(args),
             "gt_range": tuple(args.gt_range) if args.gt_range else None, "mixed_inference": args.mixed_inference}
 
 

@@ -12,7 +12,7 @@ import argparse
 import itertools
 from pathlib import Path
 
-from timestep_lab.cli.common import FORMATS, command, device, log, named_paths as _pairs, runtime_args
+from timestep_lab.cli.common import at_least, checkpoint_args, command, device, log, named_paths as _pairs, runtime_args
 from timestep_lab.config import ConfigError
 from timestep_lab.io import atomic_write_json
 
@@ -27,7 +27,7 @@ def _consistency_args(p: argparse.ArgumentParser) -> None:
                    help="prepared training images: sample the Gaussian and optimal denoisers as controls")
     p.add_argument("--control-model", type=Path, default=None, help="a model whose diffusion process the controls use")
     p.add_argument("--controls-out", type=Path, default=None, help="npz of the controls' samples")
-    p.add_argument("--permutations", type=int, default=999, help="permutations of the model-level test")
+    p.add_argument("--permutations", type=at_least(1), default=999, help="permutations of the model-level test")
     p.add_argument("--out", type=Path, required=True)
     runtime_args(p)
 
@@ -116,17 +116,17 @@ def cmd_consistency(args: argparse.Namespace) -> int:
 
 def _contribution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, required=True, help="the reference model")
-    p.add_argument("--format", default="timestep_lab", choices=FORMATS)
+    checkpoint_args(p)
     p.add_argument("--gt-data", type=Path, required=True, help="prepared held-out images (sample i gets image i)")
     p.add_argument("--ranges", type=int, nargs="*", default=[], help="paper ranges LO HI LO HI ... (1-based, T = 1000)")
-    p.add_argument("--num-samples", type=int, required=True)
+    p.add_argument("--num-samples", type=at_least(1), required=True)
     p.add_argument("--method", default="ddpm", choices=("ddpm", "ddim"))
     p.add_argument("--steps", default=None, type=lambda v: None if v in ("null", "None", "") else int(v),
                    help="chain steps (null: all T)")
     p.add_argument("--eta", type=float, default=1.0, help="DDIM eta")
     p.add_argument("--spacing", default="uniform", choices=("uniform", "quadratic"), help="chain step spacing")
-    p.add_argument("--min-steps", type=int, default=2, help="chain steps every range must hold")
-    p.add_argument("--bootstrap", type=int, default=200, help="bootstrap replicates over samples")
+    p.add_argument("--min-steps", type=at_least(1), default=2, help="chain steps every range must hold")
+    p.add_argument("--bootstrap", type=at_least(0), default=200, help="bootstrap replicates over samples")
     p.add_argument("--reference", type=Path, required=True)
     p.add_argument("--weights", type=Path, default=None)
     p.add_argument("--out-dir", type=Path, required=True, help="<label>/samples.npz, samples.png, metrics.json")
@@ -146,7 +146,7 @@ def cmd_contribution(args: argparse.Namespace) -> int:
     pairs = [args.ranges[i:i + 2] for i in range(0, len(args.ranges), 2)]
     try:
         res = run_contribution(args.model, PreparedData(args.gt_data).images, args.reference, args.out, args.out_dir,
-                               ranges=pairs, num_samples=args.num_samples, fmt=args.format, method=args.method,
+                               ranges=pairs, num_samples=args.num_samples, fmt=args.format, image_size=args.image_size, method=args.method,
                                steps=args.steps, eta=args.eta, spacing=args.spacing, min_steps=args.min_steps, bootstrap=args.bootstrap,
                                weights=args.weights, device=device(args))
     except ValueError as exc:  # a range with too few chain steps: the config's fault, one line

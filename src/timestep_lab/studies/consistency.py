@@ -164,7 +164,7 @@ def consistency_test(sets: dict[str, np.ndarray], controls: dict[str, np.ndarray
     """
     names = list(sets)
     if len(names) < 2:
-        raise ValueError(f"the test needs at least 2 models, got {len(names)}")
+        raise InputError(f"the test over models needs at least 2 models' sample sets, got {len(names)}")
     n = len(next(iter(sets.values())))
     spaces: dict[str, dict[str, np.ndarray]] = {"pixel": {k: _flat(v, True) for k, v in sets.items()}}
     ctrl = {"pixel": {k: _flat(v, True) for k, v in (controls or {}).items()}}

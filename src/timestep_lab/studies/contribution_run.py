@@ -19,6 +19,7 @@ import torch
 
 from timestep_lab.checkpoints import load_for_inference
 from timestep_lab.config import EvalConfig
+from timestep_lab.errors import InputError
 from timestep_lab.io import atomic_write_json
 from timestep_lab.metrics import bootstrap_fid, evaluate_samples, load_reference, sample_features
 from timestep_lab.sampling import Chain, Denoiser, save_grid, save_samples
@@ -41,6 +42,7 @@ def _interval(values: np.ndarray, level: float = 0.95, replicates: int = 200, se
 
 def run_contribution(model: str | Path, heldout: np.ndarray, reference: str | Path, out_json: str | Path,
                      out_dir: str | Path, *, ranges: Sequence[Sequence[int]], num_samples: int, fmt: str = "timestep_lab",
+                     image_size: int | None = None,
                      method: str = "ddpm", steps: int | None = None, eta: float = 1.0, spacing: str = "uniform",
                      min_steps: int = 2,
                      bootstrap: int = 200, seed_base: int = 0, batch_size: int = 500,
@@ -52,7 +54,10 @@ def run_contribution(model: str | Path, heldout: np.ndarray, reference: str | Pa
     held-out image ``i``; ``num_samples`` is capped at the number of held-out images."""
     device = torch.device(device)
     ref = load_reference(reference)  # a missing reference fails before any sampling
-    m = load_for_inference(model, fmt, use_ema=True, device=device)
+    m = load_for_inference(model, fmt, use_ema=True, device=device, image_size=image_size)
+    want = (int(m.info["image_size"]), int(m.info["image_size"]), int(m.info["channels"]))
+    if tuple(heldout.shape[1:]) != want:  # else a convolution's error after the chain has run
+        raise InputError(f"held-out images are {list(heldout.shape[1:])} (H, W, C), the model {model} makes {list(want)}")
     diffusion = m.diffusion
     chain = Chain.of(diffusion, steps, spacing)
     arms = contribution_arms(ranges, diffusion.T, [int(u) for u in chain.used], min_steps=min_steps)
