@@ -189,7 +189,7 @@ def final_outputs():
 
 
 def scorecard_others():
-    """The other studies of the scorecard across scales (rule scorecard, docs/methods.md §9.9):
+    """The other studies of the scorecard across scales (the `scorecard` target; docs/methods.md §9.9),
     `scorecard.studies` of the config, whether or not they have results yet, else every
     results/<study>/ holding a verdicts.json; this study left out."""
     listed = (config.get("scorecard") or {}).get("studies") or []
