@@ -232,12 +232,12 @@ def contribution_args():
     spec = AN.get("timestep_contribution", {})
     sample = spec.get("sample", {})
     steps = sample.get("steps")
-    args = ["--ranges", *[str(x) for lo_hi in spec.get("ranges", []) for x in lo_hi],
-            "--num-samples", W.contribution_sample_count(config), "--method", sample.get("method", "ddpm"),
-            "--steps", "null" if steps is None else steps, "--eta", sample.get("eta", 1.0),
-            "--spacing", sample.get("spacing", "uniform"), "--min-steps", spec.get("min_steps", 2),
-            "--bootstrap", spec.get("bootstrap", 200)]
-    return [str(a) for a in args]
+    # one word per option (--flag=value): a value can never be read as an option
+    return ["--ranges", *[str(x) for lo_hi in spec.get("ranges", []) for x in lo_hi],
+            f"--num-samples={W.contribution_sample_count(config)}", f"--method={sample.get('method', 'ddpm')}",
+            f"--steps={'null' if steps is None else steps}", f"--eta={sample.get('eta', 1.0)}",
+            f"--spacing={sample.get('spacing', 'uniform')}", f"--min-steps={spec.get('min_steps', 2)}",
+            f"--bootstrap={spec.get('bootstrap', 200)}"]
 
 
 def consistency_control_inputs():
@@ -251,8 +251,8 @@ def consistency_control_inputs():
 def consistency_control_args(input, output):
     if "control_data" not in input.keys():
         return []
-    return ["--control-data", os.path.dirname(input.control_data), "--control-model", input.control_model,
-            "--controls-out", output.controls]
+    return [f"--control-data={os.path.dirname(input.control_data)}", f"--control-model={input.control_model}",
+            f"--controls-out={output.controls}"]
 
 
 def model_format(run):
