@@ -113,6 +113,10 @@ def make_results(root: Path) -> Synthetic:
                           ("_optmomentum-decay_paramsbeta1-min-0.5-decay-kimg-8-compensate-Tr", True)):
             add(_rid(seed=s, extra=tag), ["consistency"], group_kimg, seed=s, optim="momentum_decay")
     add(_rid(seed=5, extra="_ch24"), ["consistency"], group_kimg, seed=5, channels=24)
+    for s in SEEDS:  # the flow group: its baseline and one density arm, paired by seed
+        for label, sampler in (("uniform", "uniform"), ("logit-normal", "logit_normal")):
+            add(_rid(label, pred="v", seed=s, extra="_flow_heun_kimg8"), ["flow_matching"], (4.0, 8.0),
+                sampler=sampler, pred="v", seed=s, nimg=8000)
     small = _rid(batch=16, seed=0)
     add(f"toward_zero_from-{small}", ["batch_size"], (), sampler="toward_zero", batch=16, seed=0, nimg=16000)
     add(f"uniform_from-{small}", ["batch_size"], (), batch=16, seed=0, nimg=16000)
@@ -266,6 +270,6 @@ def make_results(root: Path) -> Synthetic:
         "interference": str(a / "interference.json"), "interference_control": str(a / "interference_control.json"),
         "profiles": ",".join(batch_profiles), "contribution": str(a / "contribution.json"),
         "posterior": str(a / "posterior.json"), "prediction_profile": str(a / "prediction_types.json"),
-        "consistency": str(a / "consistency.json"),
+        "consistency": str(a / "consistency.json"), "run_configs": "",
     }
     return syn

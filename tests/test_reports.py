@@ -33,6 +33,7 @@ PARAMS = {  # report -> {notebook parameter: key of Synthetic.paths}
     "prediction_types": {"profile": "prediction_profile", **{k: k for k in ("metrics_csv", "runs_csv", "summary",
                                                                              "verdicts", "results_dir")}},
     "consistency": {k: k for k in ("consistency", "metrics_csv", "runs_csv", "summary", "verdicts", "results_dir")},
+    "flow_matching": {k: k for k in ("metrics_csv", "runs_csv", "summary", "verdicts", "results_dir", "run_configs")},
 }
 
 
@@ -175,3 +176,11 @@ def test_batch_size_compares_the_retraining_with_its_control(render):
     assert "The same extra images on uniform t changed them by" in text
     assert "took 750 optimizer steps" in text or "optimizer steps for its" in text
     assert "continued on uniform t" in text
+
+
+def test_flow_matching_states_each_arm_against_uniform(render, synthetic):
+    """With paired seeds the report states each arm's difference and its group-Holm p (the default
+    study's flow report once failed on that line: the smoke study has one flow seed)."""
+    text, _ = render("flow_matching")
+    assert "logit-normal_none_v_b64_linear_flow_heun_kimg8" in text and "Holm p within the group = " in text
+    assert "uniform_none_v_b64_linear_flow_heun_kimg8" in text
