@@ -256,6 +256,19 @@ def test_the_socket_folder_goes_when_snakemake_is_killed_and_stale_ones_at_the_n
     assert not stale.exists() and live.exists() and not own.exists()
 
 
+def test_a_server_that_cannot_listen_says_why_and_leaves_no_folder(tmp_path):
+    """A socket path over AF_UNIX's ~107 bytes (a deep temporary folder) cannot be bound: the
+    server says so in one line and, like on every other exit, removes its folder."""
+    folder = tmp_path / ("d" * max(1, 112 - len(str(tmp_path))))
+    folder.mkdir()
+    r = subprocess.run([sys.executable, "-m", "timestep_lab.warmstart.server", "--socket", str(folder / "socket"),
+                        "--entry", "timestep_lab.cli:run_command", "--no-preload", "--remove-folder"],
+                       stdin=subprocess.DEVNULL, env=_env(), capture_output=True, text=True, timeout=120)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.returncode == 2 and len(errors) == 1 and "too long" in errors[0], r.stderr
+    assert not folder.exists()
+
+
 def test_without_a_server_the_command_starts_itself(tmp_path):
     r = _run(["timestep_lab", "prepare", "nonsense", "--split", "test", "--out", str(tmp_path / "d")],
              str(tmp_path / "no-such-socket"))

@@ -288,6 +288,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--remove-folder", action="store_true",
                    help="remove the socket's folder at the end (the workflow makes one per run)")
     args = p.parse_args(argv)
+    try:
+        return _serve(args)
+    finally:  # however it ends, early refusals included: the folder is this run's alone
+        if args.remove_folder:
+            shutil.rmtree(os.path.dirname(args.socket), ignore_errors=True)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """Import, listen on ``args.socket`` and serve until the parent closes our stdin."""
     t0 = time.monotonic()
     package = os.path.dirname(importlib.import_module("timestep_lab").__file__)
     signature = package_signature(package)  # before the imports: an edit during them counts as a change
@@ -303,14 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     # bound and listening under a temporary name, then renamed: whoever sees PATH can connect
     # (WarmStart.start waits for it; a client between bind and listen would be refused)
-    binding = f"{args.socket}.{os.getpid()}"
+    # (the temporary name is no longer than "socket": a path that fits AF_UNIX's ~107 bytes fits both)
+    binding = os.path.join(os.path.dirname(args.socket), f"{os.getpid():x}"[-6:])
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(binding)
         listener.listen(128)
         os.rename(binding, args.socket)
     except OSError as exc:
-        print(f"error: cannot listen on {args.socket}: {exc.strerror}", file=sys.stderr)
+        print(f"error: cannot listen on {args.socket}: {exc.strerror or exc}", file=sys.stderr)
         listener.close()
         _unlink(binding)
         return 2
@@ -320,8 +330,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         listener.close()
         _unlink(args.socket)
-        if args.remove_folder:
-            shutil.rmtree(os.path.dirname(args.socket), ignore_errors=True)
         print(server_usage_line(), file=sys.stderr, flush=True)
     return 0
 
