@@ -49,7 +49,7 @@ from timestep_lab.metrics.download import download_file
 __all__ = [
     "EXTRACTORS", "TOOLS", "LABELS", "TF_INCEPTION_FILE", "CF_INCEPTION_FILE", "CLEANFID_CACHE_DIR",
     "WeightsMissingError", "FeatureExtractorSpec", "TorchFidelityTrainedCNN", "CleanFidTrainedCNN", "keep_pixels",
-    "to_extractor_input", "resolve_weights", "make_spec", "load_feature_extractor", "trained",
+    "to_extractor_input", "resolve_weights", "make_spec", "load_feature_extractor", "is_feature_net",
 ]
 
 EXTRACTORS = FEATURE_EXTRACTORS  # the trained ones (FEATURE_NETS), then inception-v3
@@ -75,7 +75,7 @@ LABELS = {  # metric -> report label, per extractor
 }
 
 
-def trained(name: str) -> bool:
+def is_feature_net(name: str) -> bool:
     """Whether extractor ``name`` is a small network of :data:`FEATURE_NETS` (weights: one
     timestep_lab feature-network file, from ``train-features`` or, for ``rehearsal-cnn``,
     ``rehearse``), not Inception."""
@@ -150,7 +150,7 @@ class TorchFidelityTrainedCNN(FeatureExtractorBase):
         return tuple(out[k] for k in self.features_list)
 
 
-# importing this module makes every trained extractor usable in any torch_fidelity.calculate_metrics call
+# importing this module makes every small feature network usable in any torch_fidelity.calculate_metrics call
 for _name in FEATURE_NETS:
     if _name not in FEATURE_EXTRACTORS_REGISTRY:
         _cls = type(f"TorchFidelity_{_name.replace('-', '_')}", (TorchFidelityTrainedCNN,), {"extractor": _name})
@@ -184,7 +184,7 @@ def to_extractor_input(images_nhwc: np.ndarray, spec: FeatureExtractorSpec) -> n
     images = np.asarray(images_nhwc)
     if images.dtype != np.uint8 or images.ndim != 4:
         raise ArtifactError(f"images must be uint8 [N, H, W, C], got {images.dtype}{list(images.shape)}")
-    if trained(spec.name) and FEATURE_NETS[spec.name].image_shape not in (None, tuple(images.shape[1:])):
+    if is_feature_net(spec.name) and FEATURE_NETS[spec.name].image_shape not in (None, tuple(images.shape[1:])):
         h, w, c = FEATURE_NETS[spec.name].image_shape
         raise ArtifactError(f"{spec.name} scores {h}x{w}x{c} images, got {list(images.shape[1:])}")
     if spec.name == "inception-v3" and images.shape[3] == 1:
@@ -282,7 +282,7 @@ def resolve_weights(name: str, weights: str | Path | None, tools: Sequence[str],
 def make_spec(name: str, files: dict[str, Path], feature_dim: int) -> FeatureExtractorSpec:
     """The spec of extractor ``name`` loading ``files[tool]``, each file hashed (sha256)."""
     by_file = {p: sha256_file(p) for p in set(files.values())}  # a file shared by both tools is hashed once
-    tf_name, layer = (name, "features") if trained(name) else ("inception-v3-compat", "2048")
+    tf_name, layer = (name, "features") if is_feature_net(name) else ("inception-v3-compat", "2048")
     return FeatureExtractorSpec(name, tf_name, layer, feature_dim, dict(files), {t: by_file[p] for t, p in files.items()})
 
 
@@ -297,7 +297,7 @@ def load_feature_extractor(name: str, weights: str | Path | None = None, *, tool
     The files are loaded once here to check them (weights-only for the state dicts).
     """
     files = resolve_weights(name, weights, tools, download, timeout)
-    if trained(name):
+    if is_feature_net(name):
         _, meta = load_feature_net(next(iter(files.values())), expect=name)
         return make_spec(name, files, int(meta["feature_dim"]))
     if "torch-fidelity" in files:  # torch-fidelity unpickles it with weights_only=False: check it is plain tensors

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from timestep_lab.config import EvalConfig
 from timestep_lab.features import load_feature_net
-from timestep_lab.metrics.extractors import CleanFidTrainedCNN, FeatureExtractorSpec, _Images, keep_pixels, trained
+from timestep_lab.metrics.extractors import CleanFidTrainedCNN, FeatureExtractorSpec, _Images, keep_pixels, is_feature_net
 
 __all__ = ["TF_CACHE_NAME", "PRC_NEIGHBORHOOD", "ReferenceStats", "frechet_distance", "tool_versions", "tf_features",
            "cf_features", "torch_fidelity_metrics", "clean_fid_metrics"]
@@ -169,7 +169,7 @@ def torch_fidelity_metrics(images: np.ndarray, ref: ReferenceStats, spec: Featur
 
 def _cleanfid_model(spec: FeatureExtractorSpec, device: torch.device) -> tuple[nn.Module, Callable | None]:
     """(feature model, custom_fn_resize) for clean-fid in mode "clean"."""
-    if trained(spec.name):
+    if is_feature_net(spec.name):
         net, _ = load_feature_net(spec.weights["clean-fid"], device, expect=spec.name)
         return CleanFidTrainedCNN(net).eval(), keep_pixels
     from cleanfid.inception_torchscript import InceptionV3W

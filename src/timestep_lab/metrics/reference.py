@@ -34,7 +34,7 @@ import torch
 from timestep_lab.checksums import NPZ_CHECKSUMS
 from timestep_lab.errors import InputError
 from timestep_lab.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
-from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input, trained
+from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input, is_feature_net
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages
 
@@ -152,7 +152,7 @@ def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExt
         "torch_fidelity_extractor": spec.tf_name, "feature_layer": spec.tf_layer, "tools": sorted(spec.weights),
         "feature_weights_sha256": dict(spec.sha256), "feature_weights_file": {t: str(p) for t, p in spec.weights.items()},
         "count": int(len(images)), "image_shape": list(images_nhwc.shape[1:]), "tool_versions": tool_versions(),
-        "cleanfid_mode": "clean", "cleanfid_resize": "none (pixels fed as-is)" if trained(spec.name)
+        "cleanfid_mode": "clean", "cleanfid_resize": "none (pixels fed as-is)" if is_feature_net(spec.name)
         else "clean (PIL bicubic to 299x299)", "data": data_info or {},
     }
     save_npz(out, {"meta": np.array(json.dumps(meta)), **arrays})

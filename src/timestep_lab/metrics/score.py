@@ -23,7 +23,7 @@ from timestep_lab.config import EvalConfig
 from timestep_lab.features import load_feature_net
 from timestep_lab.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import (
-    LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input, trained,
+    LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input, is_feature_net,
 )
 from timestep_lab.metrics.fid import clean_fid_metrics, tf_features, tool_versions, torch_fidelity_metrics
 from timestep_lab.metrics.progress import stages
@@ -49,7 +49,7 @@ def scoring_spec(ref: Reference, cfg: EvalConfig, weights: str | Path | None) ->
     if missing:
         raise ArtifactError(f"{ref.path}: has no {', '.join(missing)} features (computed for {ref.meta['tools']})")
     weights = weights or cfg.feature_weights
-    if weights is None and trained(name):
+    if weights is None and is_feature_net(name):
         weights = next(iter(ref.meta["feature_weights_file"].values()))
     # the reference file recorded the hashes of the (checked) weights it was computed with:
     # the same hash means the same file, so hashing is all that is needed here
