@@ -20,6 +20,8 @@ from timestep_lab.estimate import load_plan
 from timestep_lab.rehearsal.needs import real_run_needs
 from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.rehearsal.scale import SIZES, rehearsal_study
+from timestep_lab.solvers import respaced_timesteps
+from timestep_lab.studies.contribution import contribution_arms
 from timestep_lab.workflow import study_runs
 from worktree import ROOT
 
@@ -50,7 +52,17 @@ def test_rehearsal_keeps_every_group_sampler_weighting_and_analysis(plans, name)
     assert reh["study"] == f"{name}-rehearsal" and reh["rehearsal"]["of"] == f"config/{name}.yaml"
     for key in ("groups", "samplers", "weightings", "analyses"):
         assert set(reh[key]) == set(study[key]), key
-    assert reh["analyses"]["timestep_contribution"]["ranges"] == study["analyses"]["timestep_contribution"]["ranges"]
+    tc, small_tc = study["analyses"]["timestep_contribution"], reh["analyses"]["timestep_contribution"]
+    assert small_tc["ranges"] == tc["ranges"]
+    # its chain: the same method and eta, at most contribution_steps steps, and every paper range
+    # still holds at least min_steps of them once the final step is left out (the real check)
+    chain = small_tc["sample"]
+    assert (chain["method"], chain["eta"]) == (tc["sample"]["method"], tc["sample"]["eta"])
+    assert chain["steps"] <= SIZES.contribution_steps < (tc["sample"]["steps"] or 1000)
+    T = study["base"]["diffusion"]["num_timesteps"]
+    used = respaced_timesteps(T, chain["steps"], chain["spacing"]).tolist()
+    arms = contribution_arms(small_tc["ranges"], T, used, min_steps=small_tc["min_steps"])
+    assert len(arms) == 2 + len(tc["ranges"]) and min(a.steps for a in arms if a.kind == "range") >= 2
     runs, small = study_runs(study), study_runs(reh)
     for group, spec in study["groups"].items():
         arms, batches, seeds = _arms(runs, group)

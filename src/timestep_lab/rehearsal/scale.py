@@ -18,6 +18,8 @@ What changes (:func:`rehearsal_study`), with the sizes in :data:`SIZES`:
   fraction; step-counted sampler parameters (``update_every``) at most :attr:`Sizes.update_every`;
 * batch sizes -> divided by one factor so the largest is :attr:`Sizes.max_batch` (the small/large
   ratio of the batch-size analysis kept), micro-batches with them;
+* the timestep contribution's chain -> at most :attr:`Sizes.contribution_steps` steps, respaced
+  quadratically (every range still holds several steps; the method and eta kept);
 * seeds -> the first :attr:`Sizes.seeds` of every seed list (two: the paired intervals still exist);
   list entries keep theirs (they are the design of the consistency study);
 * widths in overrides (``model.channels``) -> the same ratio to the base width, still different.
@@ -62,6 +64,10 @@ class Sizes:
     profile_timesteps: int = 20
     profile_grad: int = 4
     update_every: int = 3  # steps between the adaptive sampler's policy updates: one in a 4-step run
+    # timestep contribution: its reverse chain at most this many steps, quadratic spacing (dense near
+    # t = 0, as the default study's), so every paper range still holds several steps; the T-step
+    # chain of the paper configs was 7 x 1,000 network calls, most of a rehearsal's CPU
+    contribution_steps: int = 100
 
 
 SIZES = Sizes()
@@ -346,5 +352,16 @@ def _analyses(an: Mapping[str, Any], scale: _Scaler, sizes: Sizes, base: Mapping
         out["batch_size"] = bs
     if "timestep_contribution" in an:  # consistency compares the runs' samples: evaluation.num_samples
         tc = an["timestep_contribution"]
-        out["timestep_contribution"] = {**tc, "num_samples": min(int(tc.get("num_samples", 500)), sizes.num_samples)}
+        out["timestep_contribution"] = {**tc, "num_samples": min(int(tc.get("num_samples", 500)), sizes.num_samples),
+                                        "sample": _contribution_chain(tc.get("sample") or {}, T, sizes)}
+    return out
+
+
+def _contribution_chain(sample: Mapping[str, Any], T: int, sizes: Sizes) -> dict[str, Any]:
+    """The contribution analysis's chain, at most :attr:`Sizes.contribution_steps` steps: the same
+    method and eta, respaced quadratically when it had more (``steps: null`` is all T)."""
+    out = dict(sample)
+    steps = int(out.get("steps") or T)
+    if steps > sizes.contribution_steps:
+        out.update(steps=sizes.contribution_steps, spacing="quadratic")
     return out
