@@ -10,10 +10,10 @@ import json
 import pytest
 
 from test_estimate import TINY
-from timestep_lab.estimate import plan_from_dict, rule_costs
-from timestep_lab.estimate.calibration import Store, fit_rule, job_features, observe
-from timestep_lab.estimate.table import estimate, format_table
-from timestep_lab.reporting.cost import SERVER_ROW, job_usages, study_cost
+from timestep_lab.cost.estimate import plan_from_dict, rule_costs
+from timestep_lab.cost.estimate.calibration import Store, fit_rule, job_features, observe
+from timestep_lab.cost.estimate.table import estimate, format_table
+from timestep_lab.cost.measured import SERVER_ROW, job_usages, study_cost
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 LOCAL = {"run_config", "collect", "verdicts", "index"}
@@ -103,7 +103,7 @@ def test_one_job_size_is_fitted_as_proportional_to_work_and_says_so(plans):
 
 
 def test_jobs_with_and_without_work_separate_overhead_from_work():
-    from timestep_lab.estimate.calibration import Observation
+    from timestep_lab.cost.estimate.calibration import Observation
 
     obs = [("a", Observation("r", "j1", 1.0, True, {"gflop": 0.0, "steps": 0})),
            ("a", Observation("r", "j2", 3.0, True, {"gflop": 4.0, "steps": 0}))]
@@ -112,7 +112,7 @@ def test_jobs_with_and_without_work_separate_overhead_from_work():
 
 
 def test_the_range_spans_how_the_fit_did_on_each_study():
-    from timestep_lab.estimate.calibration import Observation
+    from timestep_lab.cost.estimate.calibration import Observation
 
     obs = [("a", Observation("r", "j1", 10.0, True, {"gflop": 1.0, "steps": 0})),
            ("a", Observation("r", "j2", 20.0, True, {"gflop": 2.0, "steps": 0})),
@@ -126,7 +126,7 @@ def test_the_range_spans_how_the_fit_did_on_each_study():
 def test_noise_does_not_pull_the_fit_low():
     """Three identical jobs measured at 1, 2 and 3 CPU-s are priced at their mean, 2 (weighting by
     the measured cost would give sum(1/y) / sum(1/y^2) = 1.35: every study underestimated)."""
-    from timestep_lab.estimate.calibration import Observation
+    from timestep_lab.cost.estimate.calibration import Observation
 
     obs = [("a", Observation("report", f"j{i}", y, True, {"gflop": 0.0, "steps": 0.0})) for i, y in enumerate((1, 2, 3))]
     assert fit_rule("report", obs).overhead == pytest.approx(2.0)
@@ -137,7 +137,7 @@ def test_noise_does_not_pull_the_fit_low():
 
 
 def _usage(cpu: float):
-    from timestep_lab.reporting.cost import Usage
+    from timestep_lab.cost.measured import Usage
 
     return Usage(cpu, 100.0, True)
 
@@ -192,8 +192,8 @@ def test_the_budget_counts_resubmissions_at_the_slow_end():
     checkpoint interval: submissions = 1 + ceil((wall - limit) / (limit - redo)) at the slow end."""
     import math
 
-    from timestep_lab.estimate.budget import clock
-    from timestep_lab.estimate.throughput import rate
+    from timestep_lab.cost.estimate.budget import clock
+    from timestep_lab.cost.estimate.throughput import rate
 
     study = copy.deepcopy(TINY)
     study["resources"] = {"device": "cpu", "runtime_min": 1}
@@ -214,7 +214,7 @@ def test_the_budget_counts_resubmissions_at_the_slow_end():
 def test_a_sampling_job_longer_than_its_limit_is_flagged():
     """Sampling and scoring jobs get max(10, runtime_min // 4) minutes and cannot resume: the budget
     flags the longest one when its slow end is past that, and says what runtime_min would fit it."""
-    from timestep_lab.estimate.budget import format_advice
+    from timestep_lab.cost.estimate.budget import format_advice
 
     study = copy.deepcopy(TINY)
     study["resources"] = {"device": "cpu", "runtime_min": 20}

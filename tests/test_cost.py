@@ -1,4 +1,4 @@
-"""Per-rule study cost from Snakemake benchmark files (timestep_lab.reporting.cost, benchmarks/study_cost.py)."""
+"""Per-rule study cost from Snakemake benchmark files (timestep_lab.cost.measured, benchmarks/study_cost.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from timestep_lab.reporting.cost import format_cost, local_rules, read_benchmark, study_cost
+from timestep_lab.cost.measured import format_cost, local_rules, read_benchmark, study_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
@@ -55,7 +55,7 @@ def test_exact_cpu_from_the_job_log_wins_over_the_sampled_one(tmp_path):
 
 
 def test_the_cli_ends_a_successful_command_with_its_usage_line(tmp_path):
-    from timestep_lab.reporting.cost import read_usage
+    from timestep_lab.cost.measured import read_usage
 
     log = tmp_path / "job.log"
     with open(log, "w") as fh:
@@ -91,7 +91,7 @@ def test_warm_started_jobs_pay_no_startup_and_the_server_is_its_own_row(tmp_path
     """A local run with warm start: train/a ran in a worker forked from the server (start=warm), so
     of the 3 process jobs only 2 pay a start; the server's own CPU (read from warm_start.log, one
     line per snakemake run) is a row of its own and part of the start-up share."""
-    from timestep_lab.reporting.cost import SERVER_ROW, read_usage
+    from timestep_lab.cost.measured import SERVER_ROW, read_usage
 
     res, logs = _study(tmp_path), _logs(tmp_path)
     (logs / "train" / "a.log").write_text("done\ntimestep_lab usage: cpu_s=10.000 max_rss_mb=350.5 start=warm\n")
@@ -154,7 +154,7 @@ def test_study_cost_script_prints_the_table(tmp_path):
 
 
 def test_estimate_beside_measured_cost(tmp_path):
-    from timestep_lab.reporting.cost import estimate_vs_measured
+    from timestep_lab.cost.measured import estimate_vs_measured
 
     est = {"rules": [{"rule": "train", "jobs": 2, "gpu_hours": 0.01, "basis": "measured"},
                      {"rule": "report", "jobs": 8, "gpu_hours": None, "basis": ""}],
@@ -224,7 +224,7 @@ def test_snakemake_samples_a_benchmarked_job_only_at_its_start(tmp_path):
 def test_a_successful_command_skips_the_teardown_and_its_usage_line_is_the_whole_cost(tmp_path):
     """After its usage line a command leaves without the interpreter's ~1 CPU-s teardown, so the
     line is (nearly) all the job cost: the process's CPU as its parent sees it exceeds it by little."""
-    from timestep_lab.usage import USAGE_LINE
+    from timestep_lab.cost.usage import USAGE_LINE
     from worktree import children_cpu_s
 
     before = children_cpu_s()
@@ -242,7 +242,7 @@ def test_the_fast_exit_waits_for_a_running_thread(tmp_path):
     """exit_now falls back to a normal exit while another non-daemon thread still works."""
     out = tmp_path / "written.txt"
     code = ("import threading, time\n"
-            "from timestep_lab.usage import exit_now\n"
+            "from timestep_lab.cost.usage import exit_now\n"
             f"t = threading.Thread(target=lambda: (time.sleep(1.0), open({str(out)!r}, 'w').write('done')))\n"
             "t.start()\n"
             "exit_now(0)\n")

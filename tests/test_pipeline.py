@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from timestep_lab.io import load_torch
-from timestep_lab.usage import USAGE_LINE
+from timestep_lab.artifacts.io import load_torch
+from timestep_lab.cost.usage import USAGE_LINE
 from golden.record_smoke_metrics import fingerprint, metric_values
 from timestep_lab.reporting import network_references
 from worktree import ROOT, children_cpu_s, copy_worktree, run, study_env
@@ -80,8 +80,8 @@ def test_collected_metrics_are_tidy_and_carry_the_protocol(study):
 
 
 def test_verdicts_cover_every_claim_and_the_index_shows_them(study):
-    from timestep_lab.stats import VERDICTS
-    from timestep_lab.verdicts import CLAIMS
+    from timestep_lab.evidence.stats import VERDICTS
+    from timestep_lab.evidence.verdicts import CLAIMS
 
     res, rep = study.root / "results" / "smoke", study.root / "reports" / "smoke"
     claims = json.loads((res / "verdicts.json").read_text())["claims"]

@@ -17,7 +17,7 @@ package differs from when it started (:func:`package_signature`), it answers eve
 One thread, one loop over the listening socket, the clients' connections (signals to relay; end
 of file: client gone, worker killed) and each worker's pidfd (exit: reaped, status sent). Reaping every worker puts their CPU time in the server's children and
 so in its parent's: ``time snakemake`` still counts every job. Its log gets one line per job and, at
-the end, its own CPU (:func:`timestep_lab.usage.server_usage_line`), which
+the end, its own CPU (:func:`timestep_lab.cost.usage.server_usage_line`), which
 ``benchmarks/study_cost.py`` adds.
 """
 
@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from timestep_lab.usage import server_usage_line
+from timestep_lab.cost.usage import server_usage_line
 from timestep_lab.warmstart.protocol import recv_request
 from timestep_lab.warmstart.worker import become_job, run_job
 
@@ -302,7 +302,7 @@ def _serve(args: argparse.Namespace) -> int:
     signature = package_signature(package)  # before the imports: an edit during them counts as a change
     # the code identity of what is imported now, computed once: every worker inherits it (and the
     # server forks nothing once a file differs, so it stays true)
-    importlib.import_module("timestep_lab.identity").current()
+    importlib.import_module("timestep_lab.artifacts.identity").current()
     entry = _entry(args.entry)
     for name in [] if args.no_preload else preload():
         print(f"not preloaded: {name}", file=sys.stderr)

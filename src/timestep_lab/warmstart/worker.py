@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from threadpoolctl import threadpool_limits
 
-from timestep_lab.usage import flush_output
+from timestep_lab.cost.usage import flush_output
 from timestep_lab.warmstart.protocol import N_FDS, Request
 
 __all__ = ["become_job", "run_job"]
