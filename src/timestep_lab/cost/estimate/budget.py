@@ -21,19 +21,27 @@ from __future__ import annotations
 import math
 import textwrap
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, Sequence
 
 from timestep_lab.config import config_from_dict
 from timestep_lab.cost.estimate.study import Plan
 from timestep_lab.cost.estimate.throughput import DEVICES
 
-if TYPE_CHECKING:  # table imports this module; the estimate it passes is only read here
-    from timestep_lab.cost.estimate.table import Estimate
 
 __all__ = ["TrainJobs", "EvalJob", "Advice", "advise", "format_advice", "clock", "MARGIN"]
 
 MARGIN = 1.10  # the time asked for over the slow end of the estimate
 ROUND_MIN = 15
+
+
+class Priced(Protocol):
+    """What :func:`advise` reads of an estimate (``table.Estimate``, which imports this module):
+    its rows and its total hours with their range."""
+
+    rows: Sequence[Any]
+    gpu_hours: float
+    low_hours: float
+    high_hours: float
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,7 @@ def _submissions(wall_h: float, limit_h: float, redo_h: float) -> int | None:
     return 1 + math.ceil((wall_h - limit_h) / (limit_h - redo_h))
 
 
-def advise(plan: Plan, est: "Estimate", device: str, retries: int | None = None) -> Advice | None:
+def advise(plan: Plan, est: Priced, device: str, retries: int | None = None) -> Advice | None:
     """The budget of ``est`` (priced from ``plan`` on ``device``, a key of ``DEVICES``): training
     jobs grouped by size, the longest job of every other GPU rule, the study's total. None when
     training is not priced."""
