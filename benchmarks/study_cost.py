@@ -8,8 +8,8 @@ timestep_lab.cost.measured). The start-up share is measured here, in this run: t
 starting one job process the way every job starts (the interpreter, torch and the CLI, then the
 fast exit a successful command takes, timestep_lab.cost.usage.exit_now), the minimum over a few starts,
 times the number of jobs that started a process of their own (rules not declared `localrules:`,
-and not forked from the warm-start server: their usage lines say start=warm), plus the warm-start
-server's own CPU (logs/<study>/warm_start.log; the table's "(warm-start server)" row). It is the
+and whose usage line names no other start, start=...), plus the CPU of the processes that served
+the jobs (their named usage lines in logs/<study>/*.log; the table's "(NAME)" rows). It is the
 least a fresh job pays: sampling and scoring jobs also import torchvision, torch-fidelity and
 clean-fid (about 1.6 CPU-s more; --startup-imports measures that instead).
 """

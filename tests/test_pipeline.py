@@ -43,7 +43,7 @@ def study(smoke_study):
 def test_every_job_of_the_local_study_ran_warm(study):
     """A local run forks every job from the warm-start server (onstart waits until it listens)."""
     usage = _job_starts(study.root / "logs" / "smoke")
-    assert len(usage) >= 50 and set(usage) == {" start=warm"}, usage
+    assert len(usage) >= 50 and set(usage) == {"warm"}, usage
     assert "warm_start.log" in study.warm
 
 
@@ -272,8 +272,8 @@ def _fault_study() -> dict:
 
 
 def _job_starts(logs: Path) -> list[str | None]:
-    """How each finished job under ``logs`` started, from its usage line: " start=warm" (forked
-    from the warm-start server) or None (a process of its own)."""
+    """How each finished job under ``logs`` started, from its usage line: "warm" (forked from the
+    warm-start server) or None (a process of its own)."""
     return [m.group(3) for log in sorted(logs.rglob("*.log")) for m in USAGE_LINE.finditer(log.read_text())]
 
 
@@ -317,7 +317,7 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
     warm_log = (root / "logs" / "faults" / "warm_start.log").read_text()
     assert f"signal {signal.SIGKILL} after" in warm_log and "exit 0 after" in warm_log, warm_log
     usage = _job_starts(root / "logs" / "faults")
-    assert len(usage) >= 10 and set(usage) == {" start=warm"}, usage
+    assert len(usage) >= 10 and set(usage) == {"warm"}, usage
 
     r = run(cmd, root, env, timeout=900)
     assert r.returncode == 0, _tail(r.stdout)

@@ -14,10 +14,12 @@ start and every 30 s after (``workflow/rules/benchmark.smk``), so it misses up t
 job, and a job shorter than 30 s is seen only at its start. Jobs of ``local`` rules (``run:``
 blocks inside Snakemake's own process) have no CPU of their own to measure: the benchmark samples the whole Snakemake process, so they
 count 0 CPU-s here (their wall time still counts). A job that ran more than once
-(``--benchmark-repeats``) counts with the mean of its rows. On a local run with warm start
-(:mod:`timestep_lab.warmstart`) most jobs are forked from one server whose usage lines say
-``start=warm``; the server's own CPU (its imports, paid once) is the row
-:data:`SERVER_ROW`, read from ``<logs_dir>/warm_start.log``. Standard library only:
+(``--benchmark-repeats``) counts with the mean of its rows. A job whose usage line says how it
+started (``start=HOW``) started no process of its own: it pays no start-up. A process of the study
+that is no job of a rule (one that serves the jobs) ends its log, a file directly in
+``<logs_dir>``, with its own CPU under its name (:data:`~timestep_lab.cost.usage.NAMED_USAGE_LINE`):
+each name is a row ``(NAME)`` (:func:`helper_row`), one "job" per line, counted with the start-up;
+what the process is, this module does not know. Standard library only:
 ``benchmarks/study_cost.py`` and the study index both use it.
 """
 
@@ -30,22 +32,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple
 
-from timestep_lab.cost.usage import SERVER_USAGE_LINE, USAGE_LINE
+from timestep_lab.cost.usage import NAMED_USAGE_LINE, USAGE_LINE
 
-__all__ = ["RuleCost", "Usage", "SERVER_ROW", "total", "read_benchmark", "read_usage", "read_server_usage", "study_cost",
+__all__ = ["RuleCost", "Usage", "helper_row", "is_helper", "total", "read_benchmark", "read_usage", "read_helper_usage",
+           "study_cost",
            "logs_dir_of", "job_usages", "local_rules", "format_cost", "estimate_vs_measured", "study_total"]
 
 
-#: the row of the warm-start server(s) of a study (not a rule: no benchmark file)
-SERVER_ROW = "(warm-start server)"
+def helper_row(name: str) -> str:
+    """The row of the processes named ``name`` in their usage lines: not a rule, no benchmark file."""
+    return f"({name})"
+
+
+def is_helper(row: str) -> bool:
+    """Whether ``row`` is a :func:`helper_row` (a rule's name never starts with a parenthesis)."""
+    return row.startswith("(")
 
 
 class Usage(NamedTuple):
-    """A job log's usage: CPU-s, peak RSS MiB, and whether it ran forked from the warm-start server."""
+    """A job log's usage: CPU-s, peak RSS MiB, and how it started when not as a process of its own
+    (its usage line's ``start=``; None: it started its own process)."""
 
     cpu_s: float
     max_rss_mb: float
-    warm: bool = False
+    start: str | None = None
 
 
 @dataclass
@@ -58,7 +68,7 @@ class RuleCost:
     wall_s: float = 0.0
     max_rss_mb: float = 0.0
     exact_jobs: int = 0  # jobs whose CPU came from their log's usage line
-    warm_jobs: int = 0  # of those, jobs forked from the warm-start server (no start-up of their own)
+    prestarted_jobs: int = 0  # of those, jobs whose usage line names how they started (no start-up of their own)
 
     def add(self, row: Mapping[str, float], usage: Usage | None = None, local: bool = False) -> None:
         """One job: its benchmark ``row``, its log's ``usage`` if any."""
@@ -66,7 +76,7 @@ class RuleCost:
         self.wall_s += _finite(row.get("s"))
         if usage is not None:
             self.exact_jobs += 1
-            self.warm_jobs += bool(usage.warm)
+            self.prestarted_jobs += bool(usage.start)
             self.cpu_s += usage.cpu_s
             self.max_rss_mb = max(self.max_rss_mb, usage.max_rss_mb)
         elif not local:
@@ -84,7 +94,7 @@ def total(costs: Mapping[str, RuleCost]) -> RuleCost:
     for c in costs.values():
         out.jobs += c.jobs
         out.exact_jobs += c.exact_jobs
-        out.warm_jobs += c.warm_jobs
+        out.prestarted_jobs += c.prestarted_jobs
         out.cpu_s += c.cpu_s
         out.wall_s += c.wall_s
         out.max_rss_mb = max(out.max_rss_mb, c.max_rss_mb)
@@ -121,25 +131,31 @@ def read_benchmark(path: str | Path) -> dict[str, float]:
 
 def read_usage(log: str | Path) -> Usage | None:
     """The usage lines of a job's log (summed CPU and largest RSS over the lines: a torchrun job
-    has one per worker; warm when every line says so), or None when it has none or is missing."""
+    has one per worker; ``start`` when every line names one), or None when it has none or is missing."""
     try:
         text = Path(log).read_text(errors="replace")
     except OSError:
         return None
-    found = [(float(c), float(r), bool(w)) for c, r, w in USAGE_LINE.findall(text)]
+    found = [(float(c), float(r), s) for c, r, s in USAGE_LINE.findall(text)]
     if not found:
         return None
-    return Usage(sum(f[0] for f in found), max(f[1] for f in found), all(f[2] for f in found))
+    return Usage(sum(f[0] for f in found), max(f[1] for f in found), found[0][2] if all(f[2] for f in found) else None)
 
 
-def read_server_usage(log: str | Path) -> RuleCost | None:
-    """The warm-start servers' own CPU from their log (one line per ``snakemake`` run that started
-    one), as a :data:`SERVER_ROW` row counting one "job" per server; None without such a log."""
-    try:
-        found = [float(c) for c in SERVER_USAGE_LINE.findall(Path(log).read_text(errors="replace"))]
-    except OSError:
-        return None
-    return RuleCost(SERVER_ROW, jobs=len(found), cpu_s=sum(found), exact_jobs=len(found)) if found else None
+def read_helper_usage(logs_dir: str | Path) -> dict[str, RuleCost]:
+    """The named usage lines of the logs directly in ``logs_dir`` (not a rule's folder): per name,
+    one :func:`helper_row` counting one "job" per line (one per ``snakemake`` run that started
+    that process); empty without any."""
+    found: dict[str, list[float]] = {}
+    for log in sorted(Path(logs_dir).glob("*.log")):
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        for name, cpu in NAMED_USAGE_LINE.findall(text):
+            found.setdefault(name, []).append(float(cpu))
+    return {helper_row(name): RuleCost(helper_row(name), jobs=len(cpu), cpu_s=sum(cpu), exact_jobs=len(cpu))
+            for name, cpu in found.items()}
 
 
 def study_cost(results_dir: str | Path, logs_dir: str | Path | None = None,
@@ -162,9 +178,8 @@ def study_cost(results_dir: str | Path, logs_dir: str | Path | None = None,
             cost.add(read_benchmark(tsv), usage, local=rule_dir.name in local)
         if cost.jobs:
             costs[cost.rule] = cost
-    server = read_server_usage(Path(logs_dir) / "warm_start.log") if logs_dir is not None else None
-    if server is not None:
-        costs[server.rule] = server
+    if logs_dir is not None:
+        costs.update(read_helper_usage(logs_dir))
     return dict(sorted(costs.items(), key=lambda kv: -kv[1].cpu_s))
 
 
@@ -209,8 +224,8 @@ def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = 
     """A fixed-width table: rule, jobs, CPU-s, wall-s, max RSS, share of the study's CPU; then a total
     line. With ``startup_cpu_s`` (the CPU of starting one job's process: interpreter and imports,
     measured by the caller) a last line gives the share of the study's CPU spent starting processes:
-    ``(startup_cpu_s x jobs started fresh + the warm-start server's CPU) / total CPU``, where jobs
-    started fresh are those not in ``local`` and not forked from the server."""
+    ``(startup_cpu_s x jobs started fresh + the helper rows' CPU) / total CPU``, where jobs started
+    fresh are those not in ``local`` and whose usage line names no other start."""
     whole = total(costs)
     lines = [f"{'rule':<24} {'jobs':>5} {'CPU-s':>9} {'wall-s':>9} {'max RSS MiB':>12} {'CPU share':>9}"]
     for c in (*costs.values(), whole):
@@ -220,15 +235,15 @@ def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = 
                  "Snakemake sampled them (lower bounds), jobs of local rules 0")
     if startup_cpu_s is not None:
         local = set(local)
-        jobs = [c for c in costs.values() if c.rule not in local and c.rule != SERVER_ROW]
-        started = sum(c.jobs - c.warm_jobs for c in jobs)
-        server = costs.get(SERVER_ROW)
-        spent = started * startup_cpu_s + (server.cpu_s if server else 0.0)
+        jobs = [c for c in costs.values() if c.rule not in local and not is_helper(c.rule)]
+        helpers = [c for c in costs.values() if is_helper(c.rule)]
+        started = sum(c.jobs - c.prestarted_jobs for c in jobs)
+        spent = started * startup_cpu_s + sum(h.cpu_s for h in helpers)
         share = spent / whole.cpu_s if whole.cpu_s else math.nan
-        warm = (f" + the warm-start server's {server.cpu_s:.1f} CPU-s ({sum(c.warm_jobs for c in jobs)} jobs forked "
-                "from it)" if server else "")
+        served = "".join(f" + {h.rule} {h.cpu_s:.1f} CPU-s" for h in helpers)
+        served += f" ({sum(c.prestarted_jobs for c in jobs)} jobs started by another process)" if helpers else ""
         lines.append(f"start-up: {started} job processes started fresh x {startup_cpu_s:.2f} CPU-s (a process start, "
-                     f"measured){warm} = {spent:.0f} CPU-s, {share:.0%} of the study's CPU")
+                     f"measured){served} = {spent:.0f} CPU-s, {share:.0%} of the study's CPU")
     return "\n".join(lines)
 
 

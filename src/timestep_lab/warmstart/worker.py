@@ -95,13 +95,13 @@ def _set_threads(env: dict[str, str], torch) -> None:
 
 
 def run_job(entry: Callable[..., int]) -> int:
-    """``entry(sys.argv[1:], warm=True)`` as ``python -m timestep_lab`` runs it; its exit status.
+    """``entry(sys.argv[1:], start="warm")`` as ``python -m timestep_lab`` runs it; its exit status.
 
     Exceptions become what the interpreter would make of them: ``SystemExit`` its code, anything
     else a traceback and 1. Non-daemon threads are joined, as the interpreter does at exit.
     """
     try:
-        status = entry(sys.argv[1:], warm=True)
+        status = entry(sys.argv[1:], start="warm")  # its usage line says start=warm
         status = 0 if status is None else int(status)
     except SystemExit as exc:
         code = exc.code

@@ -56,17 +56,17 @@ def job_features(work: Iterable[Work]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Observation:
-    """One measured job: its rule and name, its exact CPU-s, whether it ran forked from the
-    warm-start server, and its work (:func:`job_features`)."""
+    """One measured job: its rule and name, its exact CPU-s, how it started when its usage line
+    names a start (None: a process of its own), and its work (:func:`job_features`)."""
 
     rule: str
     job: str
     cpu_s: float
-    warm: bool
+    start: str | None
     features: Mapping[str, float]
 
     def as_dict(self) -> dict:
-        return {"rule": self.rule, "job": self.job, "cpu_s": float(f"{self.cpu_s:.6g}"), "warm": self.warm,
+        return {"rule": self.rule, "job": self.job, "cpu_s": float(f"{self.cpu_s:.6g}"), "start": self.start,
                 "features": {k: float(f"{v:.6g}") for k, v in self.features.items()}}
 
 
@@ -88,8 +88,8 @@ def observe(rules: Iterable[RuleCost], measured: Mapping[str, Mapping[str, objec
             if cost is None or job not in cost.job_work:
                 unknown.append(f"{rule}/{job}")
             elif rule in local or usage is not None:
-                cpu, warm = (0.0, False) if rule in local else (float(usage.cpu_s), bool(usage.warm))
-                out.append(Observation(rule, job, cpu, warm, job_features(cost.job_work[job])))
+                cpu, start = (0.0, None) if rule in local else (float(usage.cpu_s), usage.start)
+                out.append(Observation(rule, job, cpu, start, job_features(cost.job_work[job])))
     return out, unknown
 
 
@@ -188,7 +188,7 @@ class Calibration:
     rules: dict[str, RuleFit]
     studies: tuple[str, ...]
     jobs: int
-    server_cpu_s: float | None  # mean CPU of one warm-start server (one per snakemake run), if any ran
+    helper_cpu_s: dict[str, float]  # per helper row ("(NAME)"), the mean CPU of one (one per snakemake run)
     source: str  # the store's path
 
     def describe(self) -> str:
@@ -199,22 +199,25 @@ class Calibration:
 def fit(studies: Mapping[str, Mapping], machine: str, source: str) -> Calibration | None:
     """A :class:`Calibration` from a machine's stored studies (``Store.machine(...)``), or None."""
     pairs: dict[str, list[tuple[str, Observation]]] = {}
-    servers: list[float] = []
+    helpers: dict[str, list[float]] = {}
     for study, rec in sorted(studies.items()):
         for d in rec.get("jobs", []):
-            o = Observation(d["rule"], d["job"], float(d["cpu_s"]), bool(d.get("warm")), d.get("features", {}))
+            o = Observation(d["rule"], d["job"], float(d["cpu_s"]), d.get("start"), d.get("features", {}))
             pairs.setdefault(o.rule, []).append((study, o))
-        servers += [float(c) for c in rec.get("server_cpu_s", [])]
+        # a record made before the serving processes were named (its "server_cpu_s") adds no row until
+        # the study is recorded again (any `estimate` of it without --no-record)
+        for row, cpu in rec.get("helper_cpu_s", {}).items():
+            helpers.setdefault(row, []).extend(float(c) for c in cpu)
     if not pairs:
         return None
     rules = {rule: fit_rule(rule, obs) for rule, obs in pairs.items()}
     return Calibration(machine, rules, tuple(sorted(studies)), sum(len(v) for v in pairs.values()),
-                       sum(servers) / len(servers) if servers else None, source)
+                       {row: sum(cpu) / len(cpu) for row, cpu in helpers.items() if cpu}, source)
 
 
 class Store:
     """The calibration file: ``{"format", "machines": {machine: {"studies": {study: record}}}}``
-    where a record holds the study's observed jobs, its warm-start servers' CPU, the date and
+    where a record holds the study's observed jobs, its helper rows' CPU per run, the date and
     the config it was matched against. Recording a study replaces its earlier record."""
 
     def __init__(self, path: str | Path, data: dict | None = None):
@@ -240,12 +243,12 @@ class Store:
     def machine(self, machine: str) -> dict[str, dict]:
         return self.data["machines"].get(machine, {}).get("studies", {})
 
-    def record(self, machine: str, study: str, observations: list[Observation], server_cpu_s: list[float],
-               config: str) -> None:
+    def record(self, machine: str, study: str, observations: list[Observation],
+               helper_cpu_s: Mapping[str, list[float]], config: str) -> None:
         studies = self.data["machines"].setdefault(machine, {"studies": {}})["studies"]
         studies[study] = {"recorded": datetime.date.today().isoformat(), "config": config,
                           "jobs": [o.as_dict() for o in observations],
-                          "server_cpu_s": [round(c, 3) for c in server_cpu_s]}
+                          "helper_cpu_s": {row: [round(c, 3) for c in cpu] for row, cpu in helper_cpu_s.items()}}
 
     def save(self) -> None:
         atomic_write_json(self.path, self.data)

@@ -94,7 +94,7 @@ def _learn(plan, args, device: str):
     """Record the study's measured jobs (when it has run) and return (calibration, measured seconds)."""
     from timestep_lab.cost.estimate.calibration import Store, observe
     from timestep_lab.cost.estimate.rules import rule_costs
-    from timestep_lab.cost.measured import job_usages, logs_dir_of, read_server_usage, study_cost
+    from timestep_lab.cost.measured import job_usages, logs_dir_of, read_helper_usage, study_cost
 
     results = Path(args.results) if args.results else Path("results") / plan.study["study"]
     logs = Path(args.logs) if args.logs else logs_dir_of(results)
@@ -105,10 +105,9 @@ def _learn(plan, args, device: str):
         local = _local_rules()
         rules = rule_costs(plan)
         observations, unknown = observe(rules, job_usages(results, logs), local)
-        server = read_server_usage(logs / "warm_start.log")
-        servers = [server.cpu_s / server.jobs] * server.jobs if server is not None else []
+        helpers = {row: [c.cpu_s / c.jobs] * c.jobs for row, c in read_helper_usage(logs).items()}
         if observations:
-            store.record(machine, plan.study["study"], observations, servers, plan.source)
+            store.record(machine, plan.study["study"], observations, helpers, plan.source)
             store.save()
             print(f"calibration: recorded {len(observations)} measured jobs of {results} for this machine in "
                   f"{store.path}" + (f"; {len(unknown)} measured jobs are not in {plan.source} and were left out "

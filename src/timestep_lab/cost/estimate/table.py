@@ -23,7 +23,6 @@ from timestep_lab.cost.estimate.calibration import Calibration, predict
 from timestep_lab.cost.estimate.rules import RuleCost, rule_costs
 from timestep_lab.cost.estimate.study import Plan
 from timestep_lab.cost.estimate.throughput import DEVICES, rate
-from timestep_lab.cost.measured import SERVER_ROW
 
 __all__ = ["Row", "Estimate", "estimate", "format_table", "to_json", "human"]
 
@@ -139,9 +138,9 @@ def estimate(plan: Plan, device: str, calibration: Calibration | None = None,
             continue
         row = _priced_by_fit(cost, use_fit) if use_fit is not None else None
         rows.append(row or _priced_by_rates(cost, device))
-    if use_fit is not None and use_fit.server_cpu_s is not None:
-        s = use_fit.server_cpu_s / 3600  # one server per snakemake run: one run of the study
-        rows.append(Row(RuleCost(SERVER_ROW, 1, False), s, "mean of the servers measured", s, s))
+    for row, cpu_s in (use_fit.helper_cpu_s if use_fit is not None else {}).items():
+        s = cpu_s / 3600  # one per snakemake run: one run of the study
+        rows.append(Row(RuleCost(row, 1, False), s, "mean of the servers measured", s, s))
     priced = Estimate(plan.study["study"], plan.source, device, rows, use_fit.describe() if use_fit else None,
                       None, dict(measured) if measured is not None else None)
     return replace(priced, advice=advise(plan, priced, device, retries))
