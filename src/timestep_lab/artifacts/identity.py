@@ -11,9 +11,8 @@ The source hash is always there: outside a git checkout it is the identity, and 
 tells two dirty trees apart. Training logs, ``metrics.json`` and ``fid_progress.json`` carry it,
 the collected tables and the study index show it (docs/design.md §6).
 
-Only entry points call :func:`current` (the command line, and the warm-start server before it
-forks, so a forked job reports the code it really runs: the server stops forking once a file
-changed); library functions are given the identity as an argument, since library code never
+Only entry points call :func:`current` (the command line, and a process that forks jobs, before
+it forks, so that a forked job reports the code it really runs); library functions are given the identity as an argument, since library code never
 reads files it was not given. Stdlib only; about 20 ms, once per process.
 """
 
@@ -82,8 +81,8 @@ def _current() -> tuple[tuple[str, Any], ...]:
 
 
 def current() -> dict[str, Any]:
-    """:func:`code_identity` of this process's package, computed once per process (a forked
-    warm-start worker inherits the server's, which describes the code it imported)."""
+    """:func:`code_identity` of this process's package, computed once per process (a forked child
+    inherits its parent's, which describes the code it imported)."""
     return dict(_current())
 
 

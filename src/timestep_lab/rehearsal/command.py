@@ -51,9 +51,7 @@ def _snakemake() -> str:
 
 def _estimate(source: str) -> str:
     """``python -m timestep_lab estimate SOURCE``'s table (its error line when it fails)."""
-    env = {k: v for k, v in os.environ.items() if k != "TIMESTEP_LAB_WARM_SOCKET"}
-    r = subprocess.run([sys.executable, "-m", "timestep_lab", "estimate", source], capture_output=True, text=True,
-                       env=env)
+    r = subprocess.run([sys.executable, "-m", "timestep_lab", "estimate", source], capture_output=True, text=True)
     lines = r.stdout if r.returncode == 0 else r.stderr
     return "\n".join(ln for ln in lines.splitlines() if not ln.startswith("timestep_lab usage:"))
 
