@@ -54,7 +54,7 @@ def write_json(path: str | None, obj: dict) -> None:
 
 def synthetic_prepared(out_dir: Path, n: int, size: int, channels: int, seed: int = 0) -> Path:
     """A prepared-data folder (same on-disk format as ``timestep_lab prepare``) of random images."""
-    from timestep_lab.io import atomic_write_json, sha256_file
+    from timestep_lab.artifacts.io import atomic_write_json, sha256_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     images = np.random.default_rng(seed).integers(0, 256, (n, size, size, channels), dtype=np.uint8)

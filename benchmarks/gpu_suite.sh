@@ -6,7 +6,7 @@
 #
 # Writes to $OUT (default ./gpu-suite-out), at most 4 files so the device tool brings all back:
 #   summary.md          a section for benchmarks/RESULTS.md (images/s, ratios, MFU, FID-50K time, smoke)
-#   estimate_rows.txt   rows to paste into src/timestep_lab/estimate/throughput.py MEASURED
+#   estimate_rows.txt   rows to paste into src/timestep_lab/cost/estimate/throughput.py MEASURED
 #   suite.log           everything the steps printed
 #   suite.tar.gz        each step's JSON and log
 #

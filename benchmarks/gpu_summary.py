@@ -1,5 +1,5 @@
 """Summarise the JSON files of ``benchmarks/gpu_suite.sh``: a Markdown section for
-``benchmarks/RESULTS.md`` and the rows for ``timestep_lab.estimate.throughput.MEASURED``.
+``benchmarks/RESULTS.md`` and the rows for ``timestep_lab.cost.estimate.throughput.MEASURED``.
 
     python benchmarks/gpu_summary.py WORK_DIR --md summary.md --rows estimate_rows.txt
 
@@ -14,7 +14,7 @@ import datetime
 import json
 from pathlib import Path
 
-CIFAR10_KEY = "unet-35.75M@32x32x3"  # timestep_lab.estimate NetworkCost.key of DDPM's CIFAR-10 UNet
+CIFAR10_KEY = "unet-35.75M@32x32x3"  # timestep_lab.cost.estimate NetworkCost.key of DDPM's CIFAR-10 UNet
 
 
 def _load(work: Path, name: str) -> dict | None:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     args.md.write_text(md)
     args.rows.write_text("".join(f"    {json.dumps(r)},\n" for r in rows))
     print(md)
-    print(f"# {len(rows)} rows for timestep_lab/estimate/throughput.py MEASURED -> {args.rows}")
+    print(f"# {len(rows)} rows for timestep_lab/cost/estimate/throughput.py MEASURED -> {args.rows}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
     python benchmarks/sample_throughput.py --device cuda --model cifar10 --n 1000 --json out.json
     python benchmarks/sample_throughput.py --quick --json out.json      # CI: a few seconds, ratios rough
 
-``ours``       :func:`timestep_lab.sampling.sample_images` with a :class:`timestep_lab.sampling.Denoiser`
+``ours``       :func:`timestep_lab.generate.sampling.sample_images` with a :class:`timestep_lab.generate.sampling.Denoiser`
                (as ``timestep_lab sample`` runs it): respaced DDPM ancestral (fixed-large variance) or
                DDIM (``--eta``, default 0), x0 clipped to [-1, 1] and eps recomputed from it, one noise
                generator *per sample* (seed ``i`` -> sample ``i`` whatever the batch size: the noise is
@@ -34,7 +34,7 @@ from common import Timer, base_parser, machine, median, write_json  # noqa: E402
 
 from timestep_lab.components import build_diffusion, build_model, build_prediction  # noqa: E402
 from timestep_lab.config import load_config  # noqa: E402
-from timestep_lab.sampling import Denoiser, sample_images  # noqa: E402
+from timestep_lab.generate.sampling import Denoiser, sample_images  # noqa: E402
 
 MODELS = {  # name -> (model overrides, image size, channels); as in benchmarks/train_step.py
     "digits": (["model.channels=16", "model.channel_mult=[1,2]", "model.num_res_blocks=1", "model.norm_groups=8"],

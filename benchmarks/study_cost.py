@@ -4,12 +4,12 @@
     python benchmarks/study_cost.py results/smoke --json cost.json
 
 Reads the Snakemake benchmark file every rule writes (results/<study>/benchmarks/<rule>/*.tsv;
-timestep_lab.reporting.cost). The start-up share is measured here, in this run: the CPU time of
+timestep_lab.cost.measured). The start-up share is measured here, in this run: the CPU time of
 starting one job process the way every job starts (the interpreter, torch and the CLI, then the
-fast exit a successful command takes, timestep_lab.usage.exit_now), the minimum over a few starts,
+fast exit a successful command takes, timestep_lab.cost.usage.exit_now), the minimum over a few starts,
 times the number of jobs that started a process of their own (rules not declared `localrules:`,
-and not forked from the warm-start server: their usage lines say start=warm), plus the warm-start
-server's own CPU (logs/<study>/warm_start.log; the table's "(warm-start server)" row). It is the
+and whose usage line names no other start, start=...), plus the CPU of the processes that served
+the jobs (their named usage lines in logs/<study>/*.log; the table's "(NAME)" rows). It is the
 least a fresh job pays: sampling and scoring jobs also import torchvision, torch-fidelity and
 clean-fid (about 1.6 CPU-s more; --startup-imports measures that instead).
 """
@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from timestep_lab.reporting.cost import format_cost, local_rules, logs_dir_of, study_cost
+from timestep_lab.cost.measured import format_cost, local_rules, logs_dir_of, study_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP = "import os, torch, timestep_lab.cli; os._exit(0)"

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from timestep_lab.io import read_json
+from timestep_lab.artifacts.io import read_json
 from timestep_lab.reporting.curves import (paired_differences, per_seed_table, plot_paired_differences, plot_progress,
                                           progress_table)
 from timestep_lab.reporting.notebook import load_study, setup, show_verdicts

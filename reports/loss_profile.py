@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from timestep_lab.io import read_json
+from timestep_lab.artifacts.io import read_json
 from timestep_lab.reporting.notebook import setup, show_verdicts
 
 setup()

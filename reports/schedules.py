@@ -38,7 +38,7 @@ from IPython.display import Markdown, display
 from timestep_lab.reporting.curves import per_seed_table, plot_progress, progress_table
 from timestep_lab.reporting.notebook import load_study, setup, show_comparisons, show_verdicts
 from timestep_lab.reporting.regime import show_regime
-from timestep_lab.stats import paired
+from timestep_lab.evidence.stats import paired
 
 setup()
 study = load_study(group, metrics_csv, runs_csv)

@@ -74,8 +74,8 @@ def _profile(eps: np.ndarray, x0: np.ndarray | None = None, **kw) -> dict[str, A
 
 def make_results(root: Path) -> Synthetic:
     """Writes ``root/results/syn`` and returns the report parameters and expected numbers."""
-    from timestep_lab.diffusion import GaussianDiffusion
-    from timestep_lab.schedules import get_schedule
+    from timestep_lab.processes.diffusion import GaussianDiffusion
+    from timestep_lab.processes.schedules import get_schedule
     from timestep_lab.studies.consistency import consistency_test, paired_distance
     from timestep_lab.studies.contribution import posterior_coefficients, replacement_ranges
     from timestep_lab.studies.interference import interference_matrix, interference_vs_control
@@ -130,7 +130,7 @@ def make_results(root: Path) -> Synthetic:
     for rid, r in runs.items():
         base = {k: r[k] for k in ("run", "sampler", "weighting", "prediction", "batch_size", "schedule", "seed",
                                   "optim_schedule", "channels")}
-        from timestep_lab.verdicts import arm_of
+        from timestep_lab.evidence.verdicts import arm_of
 
         base.update(arm=arm_of(rid, r["seed"]), groups=";".join(r["groups"]))
         value = 30.5 if rid == "reference" else _fid(rid, r["seed"])

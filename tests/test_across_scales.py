@@ -1,4 +1,4 @@
-"""The scorecard across scales (timestep_lab.scaling, timestep_lab.reporting.study_scale / across,
+"""The scorecard across scales (timestep_lab.evidence.scaling, timestep_lab.reporting.study_scale / across,
 the `scorecard` command): two small fake studies whose verdicts.json the real writer makes from
 synthetic metrics tables, with benchmark files, job logs, run configs and data manifests; the
 holds / flips / unresolved rules, the cost and scale columns, the page, and the CLI's error line."""
@@ -18,7 +18,7 @@ from test_verdicts import _study
 from timestep_lab.cli import main
 from timestep_lab.reporting import network_references, render_index
 from timestep_lab.reporting.study_scale import VERDICTS_FORMAT, count_parameters, read_study
-from timestep_lab.scaling import effective_verdict, trend
+from timestep_lab.evidence.scaling import effective_verdict, trend
 from timestep_lab.workflow.collect import VERDICTS_FORMAT as WRITTEN_FORMAT
 from timestep_lab.workflow.collect import write_verdicts
 

@@ -14,7 +14,7 @@ from scipy.special import betainc
 from sklearn.feature_selection import SelectKBest, f_regression
 
 from timestep_lab.config import dump_config
-from timestep_lab.io import load_torch
+from timestep_lab.artifacts.io import load_torch
 from timestep_lab.timesteps import make_sampler
 from timestep_lab.timesteps.adaptive import beta_entropy, beta_log_prob, sample_beta_logit
 from timestep_lab.train import train

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from timestep_lab.cli import main
-from timestep_lab.io import ArtifactError, load_torch, save_npz
+from timestep_lab.artifacts.io import ArtifactError, load_torch, save_npz
 
 
 def flip_bit(src: Path, dst: Path, member: str) -> str:
@@ -126,7 +126,7 @@ def test_our_files_without_a_checksum_are_refused(tiny_artifacts, tmp_path, caps
 
 
 def test_saved_content_loads_back_exactly_and_byte_for_byte(tmp_path):
-    from timestep_lab.io import save_torch
+    from timestep_lab.artifacts.io import save_torch
 
     obj = {"format": "timestep_lab.model/1", "w": torch.randn(3, 4).t(), "h": torch.zeros(2, dtype=torch.bfloat16),
            "opt": {0: {"step": torch.tensor(3.0)}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
@@ -202,7 +202,7 @@ def test_non_finite_statistics_are_never_written(tiny_artifacts, digits_dir, tmp
 def test_json_writers_refuse_non_finite_numbers(tmp_path):
     """NaN is not JSON and never a result: every JSON artifact (metrics, profiles, slots, ...)
     goes through atomic_write_json, which names the file and the key and writes nothing."""
-    from timestep_lab.io import atomic_write_json
+    from timestep_lab.artifacts.io import atomic_write_json
 
     with pytest.raises(ArtifactError, match=r"p\.json: not written: a\.b\.1 is not a finite number"):
         atomic_write_json(tmp_path / "p.json", {"a": {"b": [1.0, float("nan")]}, "c": 2})

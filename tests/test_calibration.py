@@ -10,10 +10,10 @@ import json
 import pytest
 
 from test_estimate import TINY
-from timestep_lab.estimate import plan_from_dict, rule_costs
-from timestep_lab.estimate.calibration import Store, fit_rule, job_features, observe
-from timestep_lab.estimate.table import estimate, format_table
-from timestep_lab.reporting.cost import SERVER_ROW, job_usages, study_cost
+from timestep_lab.cost.estimate import plan_from_dict, rule_costs
+from timestep_lab.cost.estimate.calibration import Store, fit_rule, job_features, observe
+from timestep_lab.cost.estimate.table import estimate, format_table
+from timestep_lab.cost.measured import job_usages, study_cost
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 LOCAL = {"run_config", "collect", "verdicts", "index"}
@@ -67,10 +67,10 @@ def test_the_fit_recovers_the_cost_model_from_the_cost_files(tmp_path, plans):
         res, logs = _write_study(tmp_path, plan)
         obs, unknown = observe(rule_costs(plan), job_usages(res, logs), LOCAL)
         assert not unknown and {o.rule for o in obs} >= {"train", "sample_score", "run_config"}
-        store.record("machine-a", plan.study["study"], obs, [6.0], plan.source)
+        store.record("machine-a", plan.study["study"], obs, {"(warm-start server)": [6.0]}, plan.source)
     store.save()
     cal = Store.load(tmp_path / "calibration.json").calibration("machine-a")  # through the file
-    assert cal.studies == ("tiny", "tiny2") and cal.server_cpu_s == pytest.approx(6.0)
+    assert cal.studies == ("tiny", "tiny2") and cal.helper_cpu_s == pytest.approx({"(warm-start server)": 6.0})
     for rule, (o, per_gflop, per_step) in TRUTH.items():
         f = cal.rules[rule]
         assert (f.overhead, f.per_gflop, f.per_step) == pytest.approx((o, per_gflop, per_step), rel=1e-3, abs=1e-4), rule
@@ -86,7 +86,7 @@ def test_the_fit_recovers_the_cost_model_from_the_cost_files(tmp_path, plans):
         for rule, seconds in measured.items():
             assert est.ratio(rule) == pytest.approx(1.0, rel=1e-3) if seconds else est.hours(rule) == 0, rule
         assert est.ratio("total") == pytest.approx(1.0, rel=1e-3)
-        assert est.hours(SERVER_ROW) * 3600 == pytest.approx(6.0)
+        assert est.hours("(warm-start server)") * 3600 == pytest.approx(6.0)
         text = format_table(est)
         assert "calibrated on this machine (machine-a)" in text and "est/meas" in text
 
@@ -103,20 +103,20 @@ def test_one_job_size_is_fitted_as_proportional_to_work_and_says_so(plans):
 
 
 def test_jobs_with_and_without_work_separate_overhead_from_work():
-    from timestep_lab.estimate.calibration import Observation
+    from timestep_lab.cost.estimate.calibration import Observation
 
-    obs = [("a", Observation("r", "j1", 1.0, True, {"gflop": 0.0, "steps": 0})),
-           ("a", Observation("r", "j2", 3.0, True, {"gflop": 4.0, "steps": 0}))]
+    obs = [("a", Observation("r", "j1", 1.0, "warm", {"gflop": 0.0, "steps": 0})),
+           ("a", Observation("r", "j2", 3.0, "warm", {"gflop": 4.0, "steps": 0}))]
     f = fit_rule("r", obs)
     assert (f.overhead, f.per_gflop, f.note) == (pytest.approx(1.0), pytest.approx(0.5), "")
 
 
 def test_the_range_spans_how_the_fit_did_on_each_study():
-    from timestep_lab.estimate.calibration import Observation
+    from timestep_lab.cost.estimate.calibration import Observation
 
-    obs = [("a", Observation("r", "j1", 10.0, True, {"gflop": 1.0, "steps": 0})),
-           ("a", Observation("r", "j2", 20.0, True, {"gflop": 2.0, "steps": 0})),
-           ("b", Observation("r", "j3", 45.0, True, {"gflop": 3.0, "steps": 0}))]  # study b costs 1.5x the trend
+    obs = [("a", Observation("r", "j1", 10.0, "warm", {"gflop": 1.0, "steps": 0})),
+           ("a", Observation("r", "j2", 20.0, "warm", {"gflop": 2.0, "steps": 0})),
+           ("b", Observation("r", "j3", 45.0, "warm", {"gflop": 3.0, "steps": 0}))]  # study b costs 1.5x the trend
     f = fit_rule("r", obs)
     ratios = [(f.predict({"gflop": 1.0}) + f.predict({"gflop": 2.0})) / 30.0, f.predict({"gflop": 3.0}) / 45.0]
     assert f.low == pytest.approx(1 / max(ratios)) and f.high == pytest.approx(1 / min(ratios))
@@ -126,18 +126,18 @@ def test_the_range_spans_how_the_fit_did_on_each_study():
 def test_noise_does_not_pull_the_fit_low():
     """Three identical jobs measured at 1, 2 and 3 CPU-s are priced at their mean, 2 (weighting by
     the measured cost would give sum(1/y) / sum(1/y^2) = 1.35: every study underestimated)."""
-    from timestep_lab.estimate.calibration import Observation
+    from timestep_lab.cost.estimate.calibration import Observation
 
-    obs = [("a", Observation("report", f"j{i}", y, True, {"gflop": 0.0, "steps": 0.0})) for i, y in enumerate((1, 2, 3))]
+    obs = [("a", Observation("report", f"j{i}", y, "warm", {"gflop": 0.0, "steps": 0.0})) for i, y in enumerate((1, 2, 3))]
     assert fit_rule("report", obs).overhead == pytest.approx(2.0)
-    obs = [("a", Observation("r", f"j{i}", y, True, {"gflop": g, "steps": 0.0}))
+    obs = [("a", Observation("r", f"j{i}", y, "warm", {"gflop": g, "steps": 0.0}))
            for i, (g, y) in enumerate(((1, 1.0), (1, 3.0), (2, 2.0), (2, 6.0)))]
     f = fit_rule("r", obs)  # proportional in truth (2 CPU-s per GFLOP on average), +-50% noise
     assert f.predict({"gflop": 1.0}) + f.predict({"gflop": 2.0}) == pytest.approx((1 + 3 + 2 + 6) / 2, rel=0.01)
 
 
 def _usage(cpu: float):
-    from timestep_lab.reporting.cost import Usage
+    from timestep_lab.cost.measured import Usage
 
     return Usage(cpu, 100.0, True)
 
@@ -192,8 +192,8 @@ def test_the_budget_counts_resubmissions_at_the_slow_end():
     checkpoint interval: submissions = 1 + ceil((wall - limit) / (limit - redo)) at the slow end."""
     import math
 
-    from timestep_lab.estimate.budget import clock
-    from timestep_lab.estimate.throughput import rate
+    from timestep_lab.cost.estimate.budget import clock
+    from timestep_lab.cost.estimate.throughput import rate
 
     study = copy.deepcopy(TINY)
     study["resources"] = {"device": "cpu", "runtime_min": 1}
@@ -214,7 +214,7 @@ def test_the_budget_counts_resubmissions_at_the_slow_end():
 def test_a_sampling_job_longer_than_its_limit_is_flagged():
     """Sampling and scoring jobs get max(10, runtime_min // 4) minutes and cannot resume: the budget
     flags the longest one when its slow end is past that, and says what runtime_min would fit it."""
-    from timestep_lab.estimate.budget import format_advice
+    from timestep_lab.cost.estimate.budget import format_advice
 
     study = copy.deepcopy(TINY)
     study["resources"] = {"device": "cpu", "runtime_min": 20}

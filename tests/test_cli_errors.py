@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from timestep_lab.cli import COMMANDS, main
-from timestep_lab.samples_file import save_samples
+from timestep_lab.artifacts.samples_file import save_samples
 
 KINDS = ("empty", "out of range", "garbled", "wrong shape")
 

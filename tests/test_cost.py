@@ -1,4 +1,4 @@
-"""Per-rule study cost from Snakemake benchmark files (timestep_lab.reporting.cost, benchmarks/study_cost.py)."""
+"""Per-rule study cost from Snakemake benchmark files (timestep_lab.cost.measured, benchmarks/study_cost.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from timestep_lab.reporting.cost import format_cost, local_rules, read_benchmark, study_cost
+from timestep_lab.cost.measured import format_cost, local_rules, read_benchmark, study_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
@@ -55,7 +55,7 @@ def test_exact_cpu_from_the_job_log_wins_over_the_sampled_one(tmp_path):
 
 
 def test_the_cli_ends_a_successful_command_with_its_usage_line(tmp_path):
-    from timestep_lab.reporting.cost import read_usage
+    from timestep_lab.cost.measured import read_usage
 
     log = tmp_path / "job.log"
     with open(log, "w") as fh:
@@ -65,8 +65,8 @@ def test_the_cli_ends_a_successful_command_with_its_usage_line(tmp_path):
         r = subprocess.run([sys.executable, "-m", "timestep_lab", "prepare", "digits", "--split", "test", "--out",
                             str(tmp_path / "digits-test")], stdout=fh, stderr=fh, timeout=120)
     assert r.returncode == 0, log.read_text()
-    cpu, rss, warm = read_usage(log)
-    assert 0 < cpu < 120 and rss > 10 and not warm  # a fresh process (no server in this environment)
+    cpu, rss, start = read_usage(log)
+    assert 0 < cpu < 120 and rss > 10 and start is None  # a fresh process (no server in this environment)
 
 
 def test_costs_sum_per_rule_and_take_the_mean_of_repeats(tmp_path):
@@ -87,25 +87,27 @@ def test_table_total_and_startup_share(tmp_path):
     assert "3 job processes started fresh x 2.50 CPU-s" in text and "= 8 CPU-s, 30% of the study's CPU" in text
 
 
-def test_warm_started_jobs_pay_no_startup_and_the_server_is_its_own_row(tmp_path):
+def test_jobs_started_elsewhere_pay_no_startup_and_a_serving_process_is_its_own_row(tmp_path):
     """A local run with warm start: train/a ran in a worker forked from the server (start=warm), so
-    of the 3 process jobs only 2 pay a start; the server's own CPU (read from warm_start.log, one
-    line per snakemake run) is a row of its own and part of the start-up share."""
-    from timestep_lab.reporting.cost import SERVER_ROW, read_usage
+    of the 3 process jobs only 2 pay a start; the server's own CPU (its named usage lines in a log
+    directly under logs/<study>/, one per snakemake run) is a row of its own, named by the lines,
+    and part of the start-up share. The accounting knows neither the name nor the log's."""
+    from timestep_lab.cost.measured import read_usage
 
     res, logs = _study(tmp_path), _logs(tmp_path)
     (logs / "train" / "a.log").write_text("done\ntimestep_lab usage: cpu_s=10.000 max_rss_mb=350.5 start=warm\n")
     (logs / "warm_start.log").write_text("ready in 5.1 s, pid 7\nexit 0 after 3.0 s: train --config x\n"
                                          "timestep_lab warm-start server usage: cpu_s=5.500\n"
                                          "ready in 5.0 s, pid 9\ntimestep_lab warm-start server usage: cpu_s=4.500\n")
-    assert read_usage(logs / "train" / "a.log") == (10.0, 350.5, True)
+    (logs / "other.log").write_text("timestep_lab usage: cpu_s=99.000 max_rss_mb=1.0\n")  # a job's line: no row
+    assert read_usage(logs / "train" / "a.log") == (10.0, 350.5, "warm")
     costs = study_cost(res, logs)
-    server = costs[SERVER_ROW]
-    assert (server.jobs, server.cpu_s) == (2, 10.0)
-    assert costs["train"].warm_jobs == 1 and costs["train"].cpu_s == 10.0 + 11.5
+    server = costs["(warm-start server)"]
+    assert (server.jobs, server.cpu_s) == (2, 10.0) and len(costs) == 4
+    assert costs["train"].prestarted_jobs == 1 and costs["train"].cpu_s == 10.0 + 11.5
     text = format_cost(costs, startup_cpu_s=2.5, local={"collect"})
     # 2 fresh starts x 2.5 + the servers' 10.0 = 15 CPU-s of a total 21.5 + 4 + 10 = 35.5
-    assert "2 job processes started fresh x 2.50 CPU-s" in text and "server's 10.0 CPU-s (1 jobs forked" in text
+    assert "2 job processes started fresh x 2.50 CPU-s" in text and "+ (warm-start server) 10.0 CPU-s (1 jobs started by another" in text
     assert "= 15 CPU-s, 42% of the study's CPU" in text
 
 
@@ -154,7 +156,7 @@ def test_study_cost_script_prints_the_table(tmp_path):
 
 
 def test_estimate_beside_measured_cost(tmp_path):
-    from timestep_lab.reporting.cost import estimate_vs_measured
+    from timestep_lab.cost.measured import estimate_vs_measured
 
     est = {"rules": [{"rule": "train", "jobs": 2, "gpu_hours": 0.01, "basis": "measured"},
                      {"rule": "report", "jobs": 8, "gpu_hours": None, "basis": ""}],
@@ -224,7 +226,7 @@ def test_snakemake_samples_a_benchmarked_job_only_at_its_start(tmp_path):
 def test_a_successful_command_skips_the_teardown_and_its_usage_line_is_the_whole_cost(tmp_path):
     """After its usage line a command leaves without the interpreter's ~1 CPU-s teardown, so the
     line is (nearly) all the job cost: the process's CPU as its parent sees it exceeds it by little."""
-    from timestep_lab.usage import USAGE_LINE
+    from timestep_lab.cost.usage import USAGE_LINE
     from worktree import children_cpu_s
 
     before = children_cpu_s()
@@ -242,7 +244,7 @@ def test_the_fast_exit_waits_for_a_running_thread(tmp_path):
     """exit_now falls back to a normal exit while another non-daemon thread still works."""
     out = tmp_path / "written.txt"
     code = ("import threading, time\n"
-            "from timestep_lab.usage import exit_now\n"
+            "from timestep_lab.cost.usage import exit_now\n"
             f"t = threading.Thread(target=lambda: (time.sleep(1.0), open({str(out)!r}, 'w').write('done')))\n"
             "t.start()\n"
             "exit_now(0)\n")

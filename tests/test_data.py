@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 
 from timestep_lab.data import DataError, IndexStream, Loader, PreparedData, prepare
-from timestep_lab.io import sha256_file
+from timestep_lab.artifacts.io import sha256_file
 from timestep_lab.rehearsal.fake_data import CIFAR10_BATCHES as BATCHES
 from timestep_lab.rehearsal.fake_data import py2_cifar_batch  # the official files' Python 2 byte streams
 

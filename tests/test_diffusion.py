@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
 
-from timestep_lab.diffusion import GaussianDiffusion, discretized_gaussian_log_likelihood
-from timestep_lab.schedules import get_schedule
+from timestep_lab.processes.diffusion import GaussianDiffusion, discretized_gaussian_log_likelihood
+from timestep_lab.processes.schedules import get_schedule
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_decoder_likelihood_is_finite_and_exact_far_from_the_mean_in_float32():
     is matched in float32 (the naive log(Phi(u) - Phi(l)) is log(1 - 1) = -inf there)."""
     from scipy.special import log_ndtr
 
-    from timestep_lab.diffusion import discretized_gaussian_log_likelihood
+    from timestep_lab.processes.diffusion import discretized_gaussian_log_likelihood
 
     x = torch.tensor([0.3, -0.3, 0.3, 0.0, 0.5])
     mean = torch.tensor([-1.0, 1.0, 0.29, 0.0, 0.45])

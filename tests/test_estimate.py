@@ -14,7 +14,7 @@ from torch import nn
 
 from conftest import ROOT
 from timestep_lab.config import ConfigError
-from timestep_lab.estimate import (
+from timestep_lab.cost.estimate import (
     count_flops, estimate, extractor_flops, network_cost, plan_from_dict, rule_costs, scaled_anchors, to_json,
 )
 
@@ -57,8 +57,8 @@ def test_anchor_scaling_keeps_the_anchors_utilisation():
     """An anchor carried to its own network on its own card is its own figure; twice the FLOPs per
     image is half the images/s; another card scales by the ratio of the peaks at the anchor's
     precision; a mixed-precision anchor does not apply to an fp32 step; a measured row wins."""
-    from timestep_lab.estimate.anchors import ANCHORS, CARDS
-    from timestep_lab.estimate.throughput import MEASURED, rate
+    from timestep_lab.cost.estimate.anchors import ANCHORS, CARDS
+    from timestep_lab.cost.estimate.throughput import MEASURED, rate
 
     edm = next(a for a in ANCHORS if a.name.startswith("EDM DDPM++"))
     assert edm.images_per_s == pytest.approx(200e6 / (2 * 86400 * 8))  # 200 Mimg in 2 days on 8 GPUs
@@ -211,8 +211,8 @@ def test_paper_scale_progress_evaluation_costs_at_most_a_tenth_of_training(name)
     """Progress FID (fewer samples / DDIM steps / points, recorded in the protocol) stays <= 10% of
     the training compute (FLOPs) by the estimate; the final FIDs keep the papers' protocol. (In
     GPU-hours the share is higher: the published sampling rates are fp32 ones, docs/methods.md §11.1.)"""
-    from timestep_lab.estimate.study import load_plan
-    from timestep_lab.estimate.table import estimate, to_json
+    from timestep_lab.cost.estimate.study import load_plan
+    from timestep_lab.cost.estimate.table import estimate, to_json
 
     plan = load_plan(str(ROOT / "config" / f"{name}.yaml"))
     est = to_json(estimate(plan, "h100"))

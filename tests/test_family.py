@@ -11,8 +11,8 @@ import pytest
 from scipy import stats as sps
 
 from timestep_lab.claims import claim_by_id
-from timestep_lab.family import judge_family
-from timestep_lab.stats import detectable_effect, paired
+from timestep_lab.evidence.family import judge_family
+from timestep_lab.evidence.stats import detectable_effect, paired
 
 REPLICATES = 1000
 # the default study's scorecard: (claim, comparison it reads, paired seeds); claims on one comparison

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from conftest import ROOT, tiny_config
-from timestep_lab.io import ArtifactError, UnsafeCheckpointError, load_torch, peek_torch, save_torch, sha256_file
-from timestep_lab.sampling import load_samples, save_samples
+from timestep_lab.artifacts.io import ArtifactError, UnsafeCheckpointError, load_torch, peek_torch, save_torch, sha256_file
+from timestep_lab.generate.sampling import load_samples, save_samples
 from timestep_lab.train import train
 
 
@@ -97,7 +97,7 @@ def test_disk_full_write_fails_loudly_and_keeps_the_previous_artifact(tmp_path):
         import resource, signal, sys, torch
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of being killed
         resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
-        from timestep_lab.io import save_torch, ArtifactError
+        from timestep_lab.artifacts.io import save_torch, ArtifactError
         try:
             save_torch({{"w": torch.zeros(1_000_000)}}, {str(target)!r})
         except ArtifactError as exc:

@@ -13,12 +13,12 @@ import torch
 
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError
-from timestep_lab.diffusion import mean_flat
-from timestep_lab.flow import RectifiedFlow, shift_sigma, unshift_sigma
-from timestep_lab.sampling import StackedGenerator, reverse_loop
+from timestep_lab.processes.diffusion import mean_flat
+from timestep_lab.processes.flow import RectifiedFlow, shift_sigma, unshift_sigma
+from timestep_lab.generate.sampling import StackedGenerator, reverse_loop
 from timestep_lab.timesteps import make_sampler
 from timestep_lab.timesteps.sd3 import MODE_SCALE_MAX, cosmap_density, cosmap_map, mode_inverse, mode_map
-from timestep_lab.weighting import make_weighting
+from timestep_lab.timesteps.weighting import make_weighting
 
 from conftest import tiny_config
 
@@ -306,7 +306,7 @@ def test_loss_profile_and_slots_on_a_flow_model_match_closed_forms():
     """v_hat = 0 gives x0_hat = x_t and eps_hat = x_t, so on the fixed bank x0_mse = sigma^2 m,
     eps_mse = (1 - sigma)^2 m and the velocity loss is m = E||eps - x0||^2 at every t: the loss
     profile, the x0-error analysis and the slots run on the flow's conversions unchanged."""
-    from timestep_lab.predictions import make_prediction
+    from timestep_lab.processes.predictions import make_prediction
     from timestep_lab.studies.profile import loss_profile, profile_bank, profile_per_t
     from timestep_lab.studies.slots import check_cover, equal_loss_slots
 

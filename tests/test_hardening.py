@@ -25,7 +25,7 @@ def test_save_torch_is_deterministic_and_loads_back(tmp_path):
 
     import torch
 
-    from timestep_lab.io import load_torch, save_torch
+    from timestep_lab.artifacts.io import load_torch, save_torch
 
     obj = {"w": torch.arange(300, dtype=torch.float32).view(3, 100), "meta": {"nimg": 640, "name": "x"}}
     save_torch(obj, tmp_path / "a.pt")
@@ -47,7 +47,7 @@ def test_one_writer_per_run_folder_and_stale_lock_takeover(tmp_path, caplog):
 
     import pytest
 
-    from timestep_lab.runlock import RunLock, RunLockedError
+    from timestep_lab.artifacts.runlock import RunLock, RunLockedError
 
     run = tmp_path / "run"
     # a live holder (another process on this host) keeps the folder
@@ -201,7 +201,7 @@ def test_evaluate_and_reference_stats_show_a_progress_bar(digits_dir, digits_tes
 
     from timestep_lab.cli import main
     from timestep_lab.data import PreparedData
-    from timestep_lab.samples_file import save_samples
+    from timestep_lab.artifacts.samples_file import save_samples
 
     cnn, ref, samples = tmp_path / "cnn.pt", tmp_path / "ref.npz", tmp_path / "samples.npz"
     assert main(["train-features", "--data", str(digits_dir), "--test-data", str(digits_test_dir), "--out", str(cnn),

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from timestep_lab.identity import code_identity, current, describe, source_sha256
+from timestep_lab.artifacts.identity import code_identity, current, describe, source_sha256
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -39,7 +39,7 @@ def test_code_identity_in_and_outside_a_git_checkout(tmp_path):
     _git(proj, "commit", "-qm", "x")
     clean = code_identity(pkg)
     assert clean == {**outside, "commit": _git(proj, "rev-parse", "HEAD"), "dirty": False}
-    (pkg / "stats.py").write_text((pkg / "stats.py").read_text() + "# edited\n")
+    (pkg / "evidence" / "stats.py").write_text((pkg / "evidence" / "stats.py").read_text() + "# edited\n")
     dirty = code_identity(pkg)
     assert dirty["commit"] == clean["commit"] and dirty["dirty"] is True
     assert dirty["source_sha256"] != clean["source_sha256"]  # tells two dirty trees apart
@@ -50,7 +50,7 @@ def test_code_identity_in_and_outside_a_git_checkout(tmp_path):
 
 def test_runs_and_metrics_carry_the_code_identity_and_model_pt_does_not(tiny_artifacts, tmp_path, capsys):
     from timestep_lab.cli import main
-    from timestep_lab.io import load_torch
+    from timestep_lab.artifacts.io import load_torch
 
     a, me = tiny_artifacts, current()
     assert set(me) == {"commit", "dirty", "source_sha256", "lock_sha256"} and me["lock_sha256"]

@@ -110,3 +110,9 @@ def test_every_cited_document_and_section_exists():
 def test_readme_links_the_docs():
     readme = (ROOT / "README.md").read_text()
     assert "docs/methods.md" in readme and "docs/design.md" in readme
+
+
+def test_the_package_root_holds_at_most_ten_modules():
+    """The root shows the design (docs/design.md §2.1): the rest lives in packages named by concern."""
+    root = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(root) <= 10, root

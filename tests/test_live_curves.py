@@ -1,4 +1,4 @@
-"""Live curves: the TensorBoard event files a run writes while it trains (timestep_lab.events),
+"""Live curves: the TensorBoard event files a run writes while it trains (timestep_lab.artifacts.events),
 read back with TensorBoard's own reader."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import tiny_config
-from timestep_lab.events import add_fid_point, fid_events, p_t_buckets
+from timestep_lab.artifacts.events import add_fid_point, fid_events, p_t_buckets
 from timestep_lab.train import train
 
 

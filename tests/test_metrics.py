@@ -15,14 +15,14 @@ import torch
 from timestep_lab.cli import main
 from timestep_lab.config import ConfigError, EvalConfig, config_from_dict
 from timestep_lab.data import PreparedData
-from timestep_lab.features import load_feature_net, sidecar_path
-from timestep_lab.io import load_torch, save_torch, sha256_file
+from timestep_lab.metrics.features import load_feature_net, sidecar_path
+from timestep_lab.artifacts.io import load_torch, save_torch, sha256_file
 from timestep_lab.metrics import extractors as metrics  # the module whose weight caches the tests patch
 from timestep_lab.metrics import (
     CF_INCEPTION_FILE, TF_INCEPTION_FILE, WeightsMissingError, evaluate_samples, frechet_distance, load_reference,
 )
 from timestep_lab.metrics.floor import _bootstrap
-from timestep_lab.samples_file import save_samples
+from timestep_lab.artifacts.samples_file import save_samples
 
 FAST = EvalConfig(kid_subsets=10, kid_subset_size=300)  # KID with fewer subsets: same code path, faster
 

@@ -19,7 +19,7 @@ import torch
 from timestep_lab.cli import main
 from timestep_lab.data import DataError, PreparedData, prepare
 from timestep_lab.data.mnist5k import MNIST5K_SHA256, bundled_mnist5k
-from timestep_lab.io import ArtifactError, sha256_file
+from timestep_lab.artifacts.io import ArtifactError, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -180,7 +180,7 @@ def test_mnist_path_prepares_a_copy_of_the_file_it_names(mnist_path):
 
 
 def test_mnist_cnn_weights_record_their_hash_data_and_accuracy(mnist_path):
-    from timestep_lab.features import load_feature_net, sidecar_path
+    from timestep_lab.metrics.features import load_feature_net, sidecar_path
 
     weights = mnist_path["weights"]
     side = json.loads(sidecar_path(weights).read_text())
@@ -237,9 +237,9 @@ def test_registries_schema_and_config_name_the_same_data_sets_and_extractors():
 
     from timestep_lab.config.schema import FEATURE_EXTRACTORS, TRAINED_FEATURE_EXTRACTORS
     from timestep_lab.data import DATASETS
-    from timestep_lab.estimate.study import DATASETS as SIZES
-    from timestep_lab.estimate.study import load_plan
-    from timestep_lab.features import FEATURE_NETS
+    from timestep_lab.cost.estimate.study import DATASETS as SIZES
+    from timestep_lab.cost.estimate.study import load_plan
+    from timestep_lab.metrics.features import FEATURE_NETS
     from timestep_lab.metrics import EXTRACTORS, LABELS
 
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())["properties"]

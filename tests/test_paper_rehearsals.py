@@ -31,8 +31,8 @@ def check_rehearsal(root: Path, name: str) -> None:
     index (with its banner), a verdict per claim with paired intervals, the pretrained reference
     scored in its format and never trained, the contribution analysis, nothing beside the real
     data, and every number labelled a rehearsal's."""
-    from timestep_lab.samples_file import load_samples
-    from timestep_lab.verdicts import CLAIMS
+    from timestep_lab.artifacts.samples_file import load_samples
+    from timestep_lab.evidence.verdicts import CLAIMS
 
     study = f"{name}-rehearsal"
     res, rep, logs = root / "results" / study, root / "reports" / study, root / "logs" / study

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from timestep_lab.io import load_torch
-from timestep_lab.usage import USAGE_LINE
+from timestep_lab.artifacts.io import load_torch
+from timestep_lab.cost.usage import USAGE_LINE
 from golden.record_smoke_metrics import fingerprint, metric_values
 from timestep_lab.reporting import network_references
 from worktree import ROOT, children_cpu_s, copy_worktree, run, study_env
@@ -43,7 +43,7 @@ def study(smoke_study):
 def test_every_job_of_the_local_study_ran_warm(study):
     """A local run forks every job from the warm-start server (onstart waits until it listens)."""
     usage = _job_starts(study.root / "logs" / "smoke")
-    assert len(usage) >= 50 and set(usage) == {" start=warm"}, usage
+    assert len(usage) >= 50 and set(usage) == {"warm"}, usage
     assert "warm_start.log" in study.warm
 
 
@@ -80,8 +80,8 @@ def test_collected_metrics_are_tidy_and_carry_the_protocol(study):
 
 
 def test_verdicts_cover_every_claim_and_the_index_shows_them(study):
-    from timestep_lab.stats import VERDICTS
-    from timestep_lab.verdicts import CLAIMS
+    from timestep_lab.evidence.stats import VERDICTS
+    from timestep_lab.evidence.verdicts import CLAIMS
 
     res, rep = study.root / "results" / "smoke", study.root / "reports" / "smoke"
     claims = json.loads((res / "verdicts.json").read_text())["claims"]
@@ -272,8 +272,8 @@ def _fault_study() -> dict:
 
 
 def _job_starts(logs: Path) -> list[str | None]:
-    """How each finished job under ``logs`` started, from its usage line: " start=warm" (forked
-    from the warm-start server) or None (a process of its own)."""
+    """How each finished job under ``logs`` started, from its usage line: "warm" (forked from the
+    warm-start server) or None (a process of its own)."""
     return [m.group(3) for log in sorted(logs.rglob("*.log")) for m in USAGE_LINE.finditer(log.read_text())]
 
 
@@ -317,7 +317,7 @@ def test_killed_training_resumes_and_a_diverging_run_is_reported_failed(tmp_path
     warm_log = (root / "logs" / "faults" / "warm_start.log").read_text()
     assert f"signal {signal.SIGKILL} after" in warm_log and "exit 0 after" in warm_log, warm_log
     usage = _job_starts(root / "logs" / "faults")
-    assert len(usage) >= 10 and set(usage) == {" start=warm"}, usage
+    assert len(usage) >= 10 and set(usage) == {"warm"}, usage
 
     r = run(cmd, root, env, timeout=900)
     assert r.returncode == 0, _tail(r.stdout)

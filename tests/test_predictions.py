@@ -1,8 +1,8 @@
 import torch
 
-from timestep_lab.diffusion import GaussianDiffusion
-from timestep_lab.predictions import make_prediction
-from timestep_lab.schedules import get_schedule
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.processes.predictions import make_prediction
+from timestep_lab.processes.schedules import get_schedule
 
 D = GaussianDiffusion(get_schedule("linear", 1000))
 

@@ -16,9 +16,9 @@ from timestep_lab.checkpoints import (
     load_pretrained,
 )
 from timestep_lab.config import config_to_dict
-from timestep_lab.io import ArtifactError, UnsafeCheckpointError
+from timestep_lab.artifacts.io import ArtifactError, UnsafeCheckpointError
 from timestep_lab.models.unet import UNet
-from timestep_lab.schedules import get_schedule
+from timestep_lab.processes.schedules import get_schedule
 
 # google/ddpm-cifar10-32 scheduler_config.json (DDPMScheduler)
 DDPM_SCHEDULER = {"_class_name": "DDPMScheduler", "_diffusers_version": "0.1.1", "beta_end": 0.02,
@@ -256,7 +256,7 @@ def test_load_our_own_model_file(tmp_path):
     from timestep_lab.checkpoints import MODEL_FORMAT
     from timestep_lab.components import build_model
     from timestep_lab.config import config_from_dict, config_to_dict
-    from timestep_lab.io import save_torch
+    from timestep_lab.artifacts.io import save_torch
 
     cfg = config_from_dict({"model": {"channels": 8, "channel_mult": [1, 2], "num_res_blocks": 1, "norm_groups": 4},
                             "diffusion": {"num_timesteps": 100, "prediction": "v"}}, "test")
@@ -413,7 +413,7 @@ def test_finetune_init_from_diffusers_folder_trains_and_reloads(diffusers_digits
     from conftest import tiny_config
     from timestep_lab.checkpoints import load_for_inference, load_model
     from timestep_lab.config import load_config
-    from timestep_lab.sampling import load_samples
+    from timestep_lab.generate.sampling import load_samples
     from timestep_lab.train import train
     from timestep_lab.workflow import write_run_config
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from timestep_lab.estimate import load_plan
+from timestep_lab.cost.estimate import load_plan
 from timestep_lab.rehearsal.needs import real_run_needs
 from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.rehearsal.scale import SIZES, rehearsal_study

@@ -19,7 +19,7 @@ from scipy.stats import chisquare
 
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError
-from timestep_lab.schedules import get_schedule
+from timestep_lab.processes.schedules import get_schedule
 from timestep_lab.timesteps import SAMPLERS, make_sampler
 from timestep_lab.timesteps.slots import PAPER_SLOTS, default_slots
 from timestep_lab.timesteps.speed import dual_offset

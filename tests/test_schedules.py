@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from timestep_lab.config import ConfigError
-from timestep_lab.schedules import alpha_bar_from_betas, betas_from_alpha_bar, get_schedule
+from timestep_lab.processes.schedules import alpha_bar_from_betas, betas_from_alpha_bar, get_schedule
 
 
 def test_linear_matches_ddpm_closed_form():

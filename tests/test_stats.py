@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from timestep_lab.stats import (
+from timestep_lab.evidence.stats import (
     detectable_effect,
     detectable_multiplier,
     holm,

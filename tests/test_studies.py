@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from timestep_lab.diffusion import GaussianDiffusion
-from timestep_lab.io import ArtifactError
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.artifacts.io import ArtifactError
 from timestep_lab.models.unet import UNet
-from timestep_lab.predictions import make_prediction
-from timestep_lab.schedules import get_schedule
+from timestep_lab.processes.predictions import make_prediction
+from timestep_lab.processes.schedules import get_schedule
 from timestep_lab.studies import (
     PAPER_SLOTS,
     equal_loss_slots,
@@ -158,7 +158,7 @@ def test_interference_against_the_uniform_control_through_the_cli(tmp_path, caps
     (1 + c_s) exp(-0.2) and slot 2 by (1 + c_s) exp(0.5 + e_s): the log-ratio against the control
     is 0.5 + e_s per seed off the diagonal and -0.2 on it."""
     from timestep_lab.cli import main
-    from timestep_lab.io import read_json
+    from timestep_lab.artifacts.io import read_json
     from timestep_lab.studies.profile import PROFILE_FORMAT
 
     T, slots = 100, [(0, 49), (50, 99)]
@@ -454,7 +454,7 @@ def test_branched_contribution_samples_equal_one_chain_per_arm(diffusion, images
     """Every arm forked from the shared chain is byte for byte the sample of its own chain with the
     same range replaced; the final-step control returns the held-out images themselves."""
     from timestep_lab.data import to_uint8
-    from timestep_lab.sampling import GroundTruth, StackedGenerator, reverse_loop, respaced_timesteps
+    from timestep_lab.generate.sampling import GroundTruth, StackedGenerator, reverse_loop, respaced_timesteps
     from timestep_lab.studies.contribution import branched_samples, contribution_arms, heldout_distance, heldout_float
 
     from timestep_lab.studies.optimal import GaussianDenoiser

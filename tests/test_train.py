@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from timestep_lab.config import config_to_dict, dump_config, load_config
-from timestep_lab.io import load_torch
+from timestep_lab.artifacts.io import load_torch
 from timestep_lab.train import NonFiniteLossError, train
 
 from conftest import tiny_config

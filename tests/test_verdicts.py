@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from timestep_lab.verdicts import CLAIMS, arm_of, compare_group, judge_claims
+from timestep_lab.evidence.verdicts import CLAIMS, arm_of, compare_group, judge_claims
 
 
 def _rows(group, sampler, weighting, seeds, fids, *, batch=128, prediction="eps", progress=None, tag="", kimg=24.0):

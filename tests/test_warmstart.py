@@ -218,14 +218,14 @@ def test_the_server_stops_forking_once_a_file_of_the_package_changes(tmp_path):
         job = lambda: subprocess.run([sys.executable, "-m", "timestep_lab", "exit", "0"], capture_output=True,  # noqa: E731
                                      text=True, env={**env, SOCKET_ENV: server.socket}, timeout=120)
         assert job().returncode == 0  # forked: the probe entry knows "exit"
-        (pkg / "timestep_lab" / "stats.py").write_text((pkg / "timestep_lab" / "stats.py").read_text() + "# edited\n")
+        (pkg / "timestep_lab" / "evidence" / "stats.py").write_text((pkg / "timestep_lab" / "evidence" / "stats.py").read_text() + "# edited\n")
         fresh = job()  # fresh: the real CLI has no command "exit"
         assert fresh.returncode == 2 and "invalid choice: 'exit'" in fresh.stderr, fresh.stderr
         assert job().returncode == 2  # and stays so
     finally:
         assert server.stop() == 0
     log = server.log.read_text()
-    assert log.count("exit 0 after") == 1 and "package changed since the server started (stats.py)" in log, log
+    assert log.count("exit 0 after") == 1 and "package changed since the server started (evidence/stats.py)" in log, log
 
 
 def test_the_socket_folder_goes_when_snakemake_is_killed_and_stale_ones_at_the_next_start(tmp_path):

@@ -8,9 +8,9 @@ import torch
 
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError
-from timestep_lab.diffusion import GaussianDiffusion, mean_flat
-from timestep_lab.schedules import get_schedule
-from timestep_lab.weighting import WEIGHTINGS, finite_difference, make_weighting
+from timestep_lab.processes.diffusion import GaussianDiffusion, mean_flat
+from timestep_lab.processes.schedules import get_schedule
+from timestep_lab.timesteps.weighting import WEIGHTINGS, finite_difference, make_weighting
 
 from conftest import tiny_config
 

@@ -130,8 +130,8 @@ def test_contribution_arms_leave_out_the_final_step_and_need_steps():
 
 
 def test_chain_timesteps_match_the_sampler():
-    from timestep_lab.sampling import respaced_timesteps
-    from timestep_lab.timeranges import chain_timesteps
+    from timestep_lab.generate.sampling import respaced_timesteps
+    from timestep_lab.processes.timeranges import chain_timesteps
 
     for T in (10, 100, 1000):
         for steps in (None, 1, 2, 3, 7, 20, 99, 100, 250):

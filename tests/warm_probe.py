@@ -31,7 +31,7 @@ def _dispositions() -> dict[str, str]:
     return out
 
 
-def main(argv: list[str], warm: bool = False) -> int:
+def main(argv: list[str], start: str | None = None) -> int:
     mode = argv[0]
     if mode == "report":
         import numpy  # noqa: F401 - loads its OpenBLAS, whose pool the job must size

@@ -13,16 +13,16 @@ import torch
 from torch import nn
 
 from timestep_lab.config import ConfigError, RunConfig
-from timestep_lab.diffusion import GaussianDiffusion
-from timestep_lab.flow import RectifiedFlow
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.processes.flow import RectifiedFlow
 from timestep_lab.models import MODELS
 from timestep_lab.optim import OPTIM_SCHEDULES, make_schedule
-from timestep_lab.predictions import PREDICTIONS, Prediction
-from timestep_lab.processes import PROCESSES, make_process
-from timestep_lab.schedules import SCHEDULES
-from timestep_lab.solvers import SOLVERS, make_solver
+from timestep_lab.processes.predictions import PREDICTIONS, Prediction
+from timestep_lab.processes.registry import PROCESSES, make_process
+from timestep_lab.processes.schedules import SCHEDULES
+from timestep_lab.processes.solvers import SOLVERS, make_solver
 from timestep_lab.timesteps import SAMPLERS, TimestepSampler, make_sampler
-from timestep_lab.weighting import WEIGHTINGS, Weighting, make_weighting
+from timestep_lab.timesteps.weighting import WEIGHTINGS, Weighting, make_weighting
 
 __all__ = ["check_config", "check_method", "build_diffusion", "build_model", "build_prediction", "build_sampler", "build_weighting"]
 
@@ -69,7 +69,7 @@ def check_method(method: str, kind: str, source: str = "config") -> None:
 
 
 def build_diffusion(cfg: RunConfig) -> GaussianDiffusion | RectifiedFlow:
-    """The forward process ``diffusion.kind`` (:mod:`timestep_lab.processes`)."""
+    """The forward process ``diffusion.kind`` (:mod:`timestep_lab.processes.registry`)."""
     return make_process(cfg.diffusion)
 
 

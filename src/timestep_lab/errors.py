@@ -3,7 +3,7 @@
 The command-line entry (``timestep_lab.cli``) catches these around every command; importing them
 from the modules that raise them would load torch for every command, ``--help`` included. Only
 stdlib here. (``ConfigError`` lives with the config schema, ``ArtifactError`` with the file
-helpers in ``timestep_lab.io``; both are torch-free too.)
+helpers in ``timestep_lab.artifacts.io``; both are torch-free too.)
 """
 
 from __future__ import annotations

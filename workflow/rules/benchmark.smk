@@ -4,7 +4,7 @@
 # snakemake process itself. Our jobs are short, so that polling cost ~0.5 CPU-s per job, 1.3 on
 # a loaded machine (benchmarks/RESULTS.md, "Study cost"): more than some jobs' own work. Sample
 # every 30 s from the start instead. The files keep the exact wall time `s`; CPU and peak RSS
-# come exactly from each job's usage line (timestep_lab.usage), which study_cost.py prefers.
+# come exactly from each job's usage line (timestep_lab.cost.usage), which study_cost.py prefers.
 # tests/test_cost.py runs a benchmarked job under this file and fails if the polling comes back
 # (e.g. a Snakemake upgrade that renames the constant).
 import snakemake.benchmark as _snakemake_benchmark

@@ -16,9 +16,9 @@ from typing import Any
 
 from torch import nn
 
-from timestep_lab.diffusion import GaussianDiffusion
-from timestep_lab.io import sha256_file
-from timestep_lab.predictions import Prediction
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.artifacts.io import sha256_file
+from timestep_lab.processes.predictions import Prediction
 
 __all__ = ["LoadedModel", "base_info", "count_parameters", "hash_files"]
 

@@ -37,10 +37,10 @@ from timestep_lab.checkpoints.native import (
     native_init_state,
 )
 from timestep_lab.config import ModelConfig
-from timestep_lab.diffusion import GaussianDiffusion
-from timestep_lab.io import ArtifactError, load_torch
-from timestep_lab.predictions import make_prediction
-from timestep_lab.schedules import get_schedule
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.artifacts.io import ArtifactError, load_torch
+from timestep_lab.processes.predictions import make_prediction
+from timestep_lab.processes.schedules import get_schedule
 
 __all__ = ["FORMATS", "load_pretrained", "load_for_inference", "load_init_weights"]
 
@@ -64,7 +64,7 @@ def load_pretrained(path: str | Path, fmt: str, *, image_size: int | None = None
         units, t LongTensor[B] 0-based) -> [B, C, H, W]``, and ``info``
         (:mod:`timestep_lab.checkpoints.info`).
     :raises ArtifactError: missing/corrupted files or weights that do not fit, naming the path;
-        :class:`~timestep_lab.io.UnsafeCheckpointError` for pickles that would run code.
+        :class:`~timestep_lab.artifacts.io.UnsafeCheckpointError` for pickles that would run code.
     """
     path = Path(path)
     if fmt not in FORMATS:

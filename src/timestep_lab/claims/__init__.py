@@ -5,7 +5,7 @@
 * :mod:`.papers`: the four papers' claims;
 * :mod:`.flow`: the flow-matching questions (docs/methods.md §12.5).
 
-:data:`CLAIMS` lists them all in scorecard order; :func:`timestep_lab.verdicts.judge_claims`
+:data:`CLAIMS` lists them all in scorecard order; :func:`timestep_lab.evidence.verdicts.judge_claims`
 measures and judges them. Adding a claim: append it to the list of its module (ids are never
 reused). Data only: pure Python.
 """

@@ -10,7 +10,7 @@ with what we measure and, if not, why), says whether it is a claim about *speed*
 training length) or about *convergence* (judged only by a study trained long enough,
 docs/methods.md §9.7), names the runs that test it and, for a question users ask rather than
 a paper's claim, the threads where they ask it (``asked_in``).
-:func:`timestep_lab.verdicts.judge_claims` measures and judges them and ``verdicts.json`` carries
+:func:`timestep_lab.evidence.verdicts.judge_claims` measures and judges them and ``verdicts.json`` carries
 every field of the record (:meth:`Claim.record`) beside both verdicts. Pure Python.
 """
 
@@ -90,7 +90,7 @@ class Claim:
 
     Test: ``kind="fid"``: the final-FID difference ``arm - baseline`` in ``group`` should have
     sign ``expected_sign`` (-1: the arm reaches a lower FID); ``arm``/``baseline`` select arms by
-    run axes (:func:`timestep_lab.verdicts.select_arm`). ``kind="analysis"``: the effect of the
+    run axes (:func:`timestep_lab.evidence.verdicts.select_arm`). ``kind="analysis"``: the effect of the
     analysis ``analysis`` (``{"diff", "ci_low", "ci_high", "p", "sd", "n"}``). ``needs``: what a
     study must run to test it ("not run" prints it).
     """

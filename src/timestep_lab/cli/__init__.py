@@ -19,8 +19,8 @@ from timestep_lab.cli.allocator import keep_freed_memory
 from timestep_lab.cli.common import COMMANDS, OUTPUT_OPTIONS, setup_torch
 from timestep_lab.config import ConfigError
 from timestep_lab.errors import InputError, NonFiniteLossError
-from timestep_lab.io import ArtifactError, check_writable
-from timestep_lab.usage import usage_line
+from timestep_lab.artifacts.io import ArtifactError, check_writable
+from timestep_lab.cost.usage import usage_line
 
 # Registration order is the order of the commands in --help (pipeline order), so keep it unsorted.
 # isort: off
@@ -86,12 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def run_command(argv: list[str] | None = None, *, warm: bool = False) -> int:
-    """:func:`main`, then the usage line on success (:mod:`timestep_lab.usage`; ``warm``: the
-    process is a worker forked from the warm-start server): what ``python -m timestep_lab`` runs."""
+def run_command(argv: list[str] | None = None, *, start: str | None = None) -> int:
+    """:func:`main`, then the usage line on success (:mod:`timestep_lab.cost.usage`; ``start``: how
+    the process started, when not as ``python -m timestep_lab`` starts one, named by whoever
+    started it): what ``python -m timestep_lab`` runs."""
     status = main(argv)
     if status == 0:
-        print(usage_line(warm=warm), file=sys.stderr)
+        print(usage_line(start=start), file=sys.stderr)
     return status
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from timestep_lab.cli.common import at_least, checkpoint_args, command, device, log, named_paths as _pairs, runtime_args
 from timestep_lab.config import ConfigError
 from timestep_lab.errors import InputError
-from timestep_lab.io import atomic_write_json
+from timestep_lab.artifacts.io import atomic_write_json
 
 
 def _bank_args(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ the entry (``timestep_lab.cli``) or a command module.
 Start-up time: ``python -m timestep_lab --help`` must not import torch. So everything that pulls
 in torch (the library's network, training, sampling and metric modules, ``timestep_lab.distributed``)
 is imported inside the function that needs it, here and in every command module; module level
-imports stay torch-free (stdlib, ``timestep_lab.config``, ``timestep_lab.io``).
+imports stay torch-free (stdlib, ``timestep_lab.config``, ``timestep_lab.artifacts.io``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from timestep_lab.config import (
     load_config,
     load_yaml,
 )
-from timestep_lab.io import peek_torch
+from timestep_lab.artifacts.io import peek_torch
 
 __all__ = [
     "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "checkpoint_args", "config_args", "runtime_args", "load_run_config", "eval_config",
@@ -157,7 +157,7 @@ def eval_config(args: argparse.Namespace, allowed: tuple[str, ...] = ("eval",)) 
 def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: str = "timestep_lab") -> SampleConfig:
     """The model's own ``sample:`` settings (timestep_lab files only), changed by ``config``'s sample
     section and then by ``overrides`` (``sample.KEY=VALUE``). The model file's embedded config is
-    read without its weights (:func:`~timestep_lab.io.peek_torch`: the tensors are mapped, not
+    read without its weights (:func:`~timestep_lab.artifacts.io.peek_torch`: the tensors are mapped, not
     read); the sampler then loads the file once, and checks its checksum."""
     for o in overrides:  # before any work: an override this command would not use is an error, not a no-op
         key = o.split("=", 1)[0].strip()
@@ -182,9 +182,9 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
 
 
 def code_identity() -> dict:
-    """The code identity of this process (:func:`timestep_lab.identity.current`): read here, at
+    """The code identity of this process (:func:`timestep_lab.artifacts.identity.current`): read here, at
     the entry, and passed to the library functions that record it."""
-    from timestep_lab.identity import current
+    from timestep_lab.artifacts.identity import current
 
     return current()
 

@@ -1,7 +1,7 @@
 """Data commands: ``prepare`` (raw data set -> prepared folder), ``train-features`` (a CNN whose
 features define FID on digits or MNIST) and ``reference-stats`` (reference features of a prepared set).
 
-Paths in, paths out; the work is in ``timestep_lab.data``, ``timestep_lab.features`` and
+Paths in, paths out; the work is in ``timestep_lab.data``, ``timestep_lab.metrics.features`` and
 ``timestep_lab.metrics``. Must not know the entry (``timestep_lab.cli``) or other commands.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from timestep_lab.cli.common import at_least, command, config_args, device, eval_config, log, runtime_args
 from timestep_lab.config.schema import FEATURE_EXTRACTORS, TRAINED_FEATURE_EXTRACTORS
-from timestep_lab.io import sha256_file
+from timestep_lab.artifacts.io import sha256_file
 
 # ------------------------------------------------------------------------------- prepare
 
@@ -58,7 +58,7 @@ def _train_features_args(p: argparse.ArgumentParser) -> None:
 def cmd_train_features(args: argparse.Namespace) -> int:
     """Train a small classifier used as a feature extractor; print its held-out accuracy and write
     the weights file plus a sidecar <out>.json holding its sha256."""
-    from timestep_lab.features import sidecar_path, train_feature_net
+    from timestep_lab.metrics.features import sidecar_path, train_feature_net
 
     res = train_feature_net(args.extractor, args.data, args.test_data, args.out, seed=args.seed, epochs=args.epochs,
                             threads=args.threads or 1)

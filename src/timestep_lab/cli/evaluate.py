@@ -24,7 +24,7 @@ from timestep_lab.cli.common import (
     sample_config,
 )
 from timestep_lab.config import ConfigError
-from timestep_lab.io import atomic_write_json
+from timestep_lab.artifacts.io import atomic_write_json
 
 # ------------------------------------------------------------------------------- evaluate
 
@@ -70,8 +70,8 @@ def _evaluate_snapshots_args(p: argparse.ArgumentParser) -> None:
 def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     """Sample every snapshot-*.pt of --snapshots (and/or each --models file) into a temporary
     folder, score it against --reference, and write {"points": [...]} sorted by images seen."""
-    from timestep_lab.events import add_fid_point, fid_events
-    from timestep_lab.scoring import PROGRESS_FORMAT, evaluate_models
+    from timestep_lab.artifacts.events import add_fid_point, fid_events
+    from timestep_lab.generate.scoring import PROGRESS_FORMAT, evaluate_models
 
     models = sorted(Path(args.snapshots).glob("snapshot-*.pt")) if args.snapshots else []
     if args.snapshots and not models:
@@ -119,7 +119,7 @@ def cmd_floor(args: argparse.Namespace) -> int:
     import numpy as np
 
     from timestep_lab.data import PreparedData
-    from timestep_lab.io import sha256_file
+    from timestep_lab.artifacts.io import sha256_file
     from timestep_lab.metrics.floor import BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, write_floor
 
     if args.num_samples is not None and args.num_samples < 2:

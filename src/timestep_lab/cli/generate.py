@@ -3,8 +3,8 @@
 one job per run; ``sample`` + ``evaluate`` stay for hand use and give the same files).
 
 Sample settings come from the model file, then --config's ``sample:`` section, then --set
-(:func:`timestep_lab.cli.common.sample_config`); the sampler is ``timestep_lab.sampling``, the
-composition with scoring ``timestep_lab.scoring``.
+(:func:`timestep_lab.cli.common.sample_config`); the sampler is ``timestep_lab.generate.sampling``, the
+composition with scoring ``timestep_lab.generate.scoring``.
 Must not know the entry (``timestep_lab.cli``) or other commands.
 """
 
@@ -65,7 +65,7 @@ def _generate_kwargs(args: argparse.Namespace) -> dict:
 def cmd_sample(args: argparse.Namespace) -> int:
     """Sample with the model's own `sample:` settings, changed by --config/--set. With
     --gt-data/--gt-range the true x0 of held-out images replaces the prediction inside the range."""
-    from timestep_lab.sampling import generate
+    from timestep_lab.generate.sampling import generate
 
     cfg = sample_config(args.model, args.config, args.overrides, fmt=args.format)
     info = generate(args.model, args.out, cfg, device=device(args), progress=not args.no_progress,
@@ -87,7 +87,7 @@ def cmd_sample_score(args: argparse.Namespace) -> int:
     """`sample` then `evaluate` in one process: the same samples.npz, PNG grid and metrics.json
     as the two commands run one after the other. --set takes sample.* and eval.* overrides."""
     from timestep_lab.metrics import load_reference
-    from timestep_lab.scoring import sample_and_score
+    from timestep_lab.generate.scoring import sample_and_score
 
     cfg = eval_config(args, allowed=("eval", "sample"))  # refuses other sections before any work
     ref = load_reference(args.reference)  # a missing reference fails before the model is read

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from timestep_lab.cli.common import command, log
 from timestep_lab.config import ConfigError
-from timestep_lab.io import ArtifactError, atomic_write_json
+from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.reporting import render_notebook
 from timestep_lab.reporting.across import render_scorecard, scorecard_text
 from timestep_lab.reporting.study_scale import order_by_scale, read_study

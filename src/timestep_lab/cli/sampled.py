@@ -14,7 +14,7 @@ from pathlib import Path
 
 from timestep_lab.cli.common import at_least, checkpoint_args, command, device, log, named_paths as _pairs, runtime_args
 from timestep_lab.config import ConfigError
-from timestep_lab.io import atomic_write_json
+from timestep_lab.artifacts.io import atomic_write_json
 
 
 # ------------------------------------------------------------------------------- consistency
@@ -36,7 +36,7 @@ def _control_samples(data: Path, model: Path, meta: dict, seeds) -> dict:
     """Samples of the closed-form denoisers with the sample sets' own sampler and seeds."""
     from timestep_lab.checkpoints import load_for_inference
     from timestep_lab.data import PreparedData
-    from timestep_lab.sampling import sample_images
+    from timestep_lab.generate.sampling import sample_images
     from timestep_lab.studies.optimal import EmpiricalDenoiser, GaussianDenoiser
 
     diffusion = load_for_inference(model).diffusion
@@ -58,8 +58,8 @@ def _control_samples(data: Path, model: Path, meta: dict, seeds) -> dict:
 def cmd_consistency(args: argparse.Namespace) -> int:
     """Paired (same seed) vs unpaired sample distances for every pair of sample sets, the test over
     models and the closed-form denoisers as controls (docs/methods.md 4.1)."""
-    from timestep_lab.samples_file import load_samples
-    from timestep_lab.stats import json_safe
+    from timestep_lab.artifacts.samples_file import load_samples
+    from timestep_lab.evidence.stats import json_safe
     from timestep_lab.studies import paired_distance
     from timestep_lab.studies.consistency import consistency_test
 
@@ -73,7 +73,7 @@ def cmd_consistency(args: argparse.Namespace) -> int:
         import numpy as np
         import torch
 
-        from timestep_lab.features import load_feature_net
+        from timestep_lab.metrics.features import load_feature_net
 
         cnn, cnn_meta = load_feature_net(args.weights)
         extractor = cnn_meta["extractor"]
@@ -93,7 +93,7 @@ def cmd_consistency(args: argparse.Namespace) -> int:
         if args.controls_out is not None:
             import numpy as np
 
-            from timestep_lab.io import atomic_path
+            from timestep_lab.artifacts.io import atomic_path
 
             with atomic_path(args.controls_out, suffix=".npz") as tmp:
                 with open(tmp, "wb") as fh:

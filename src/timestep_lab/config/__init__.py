@@ -5,7 +5,7 @@
 * :mod:`~timestep_lab.config.convert`: nested dict <-> dataclass with key and type checks;
 * :mod:`~timestep_lab.config.load`: YAML files, ``--set`` overrides, :func:`load_config`.
 
-The package imports nothing from ``timestep_lab`` but :mod:`timestep_lab.io`, and no torch: the
+The package imports nothing from ``timestep_lab`` but :mod:`timestep_lab.artifacts.io`, and no torch: the
 Snakefile imports it when it builds the DAG.
 """
 

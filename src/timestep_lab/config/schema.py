@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 #: Names of the feature extractors the pipeline trains itself (``train-features``; their networks
-#: are the entries of :data:`timestep_lab.features.FEATURE_NETS`, which must list the same names),
+#: are the entries of :data:`timestep_lab.metrics.features.FEATURE_NETS`, which must list the same names),
 #: and of every extractor ``evaluation.extractor`` may name. Kept here, torch-free, because the
 #: Snakefile and the config checks need the names at DAG build.
 TRAINED_FEATURE_EXTRACTORS = ("digits-cnn", "mnist-cnn")
@@ -113,7 +113,7 @@ class ModelConfig:
 class DiffusionConfig:
     """The forward process and what the network predicts.
 
-    ``kind``: gaussian | flow (the process registry, :mod:`timestep_lab.processes`; the flow is
+    ``kind``: gaussian | flow (the process registry, :mod:`timestep_lab.processes.registry`; the flow is
     SD3's rectified flow on the same grid of ``num_timesteps`` and ignores ``schedule``,
     ``schedule_params`` and ``variance``). ``schedule``: linear | cosine | quad | scaled_linear.
     ``prediction``: eps | x0 | v | mixed (``v`` under the flow is its velocity ``eps - x0``).

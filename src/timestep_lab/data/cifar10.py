@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from timestep_lab.data.raw import DataError, RawData, need_source, register_dataset, sha256_bytes
-from timestep_lab.io import sha256_file
+from timestep_lab.artifacts.io import sha256_file
 
 __all__ = ["CIFAR10_CLASSES"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from timestep_lab.data.raw import DataError, RawData, register_dataset, sha256_bytes
-from timestep_lab.io import sha256_file
+from timestep_lab.artifacts.io import sha256_file
 
 __all__ = ['DIGITS_TEST_FRACTION', 'DIGITS_SPLIT_SEED']
 

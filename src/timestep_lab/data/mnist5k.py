@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from timestep_lab.data.raw import DataError, RawData, register_dataset
-from timestep_lab.io import sha256_file
+from timestep_lab.artifacts.io import sha256_file
 
 __all__ = ["MNIST5K_FILE", "MNIST5K_SHA256", "MNIST5K_SPLIT_SEED", "MNIST5K_TEST_FRACTION", "MNIST5K_PAD",
            "bundled_mnist5k", "read_mnist_csv"]

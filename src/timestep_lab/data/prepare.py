@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from timestep_lab.data.raw import DATASETS, DataError
-from timestep_lab.io import atomic_path, atomic_write_json, sha256_file
+from timestep_lab.artifacts.io import atomic_path, atomic_write_json, sha256_file
 
 __all__ = ['prepare']
 

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from timestep_lab.data.raw import DataError
-from timestep_lab.io import read_json, sha256_file
+from timestep_lab.artifacts.io import read_json, sha256_file
 
 __all__ = ['PreparedData', 'to_float', 'to_uint8']
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 from PIL import Image
 
-from timestep_lab.io import ArtifactError
+from timestep_lab.artifacts.io import ArtifactError
 
 log = logging.getLogger(__name__)
 

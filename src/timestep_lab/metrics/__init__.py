@@ -3,6 +3,8 @@
 Both libraries compute every number we report (protocol: docs/methods.md 8.3-8.4). The package,
 bottom to top:
 
+``features``    the small CNNs that are FID feature extractors (``FEATURE_NETS``: trained here, or
+                the rehearsal's random stand-in) and their trainer
 ``extractors``  the feature extractors (``digits-cnn``, ``mnist-cnn``, ``inception-v3``, the rehearsal's
                 ``rehearsal-cnn``), their input form and
                 where their weights come from (``download`` fetches missing files)
@@ -13,7 +15,7 @@ bottom to top:
 ``score``       images or a ``samples.npz`` -> the ``metrics.json`` record with its protocol
 
 Scoring model snapshots needs sampling too, so it lives one level up in
-:mod:`timestep_lab.scoring`. Must not know: sampling, training, models or the command line.
+:mod:`timestep_lab.generate.scoring`. Must not know: sampling, training, models or the command line.
 """
 
 from timestep_lab.metrics.extractors import (

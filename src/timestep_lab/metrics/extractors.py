@@ -2,7 +2,7 @@
 
 Every extractor is run by both libraries (torch-fidelity and clean-fid):
 
-``digits-cnn``,   the small classifiers the pipeline trains itself (:mod:`timestep_lab.features`,
+``digits-cnn``,   the small classifiers the pipeline trains itself (:mod:`timestep_lab.metrics.features`,
 ``mnist-cnn``     registry ``FEATURE_NETS``). Each is registered in torch-fidelity under its name
                   with ``register_feature_extractor`` and passed to clean-fid as its feature
                   model, so the same two libraries compute "FID (digits-CNN features)" and
@@ -42,8 +42,8 @@ from torch_fidelity import FeatureExtractorBase, register_feature_extractor
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
 
 from timestep_lab.config.schema import FEATURE_EXTRACTORS
-from timestep_lab.features import FEATURE_NETS, load_feature_net
-from timestep_lab.io import ArtifactError, load_torch, sha256_file
+from timestep_lab.metrics.features import FEATURE_NETS, load_feature_net
+from timestep_lab.artifacts.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.metrics.download import download_file
 
 __all__ = [

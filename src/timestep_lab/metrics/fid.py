@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from timestep_lab.config import EvalConfig
-from timestep_lab.features import load_feature_net
+from timestep_lab.metrics.features import load_feature_net
 from timestep_lab.metrics.extractors import CleanFidTrainedCNN, FeatureExtractorSpec, _Images, keep_pixels, is_feature_net
 
 __all__ = ["TF_CACHE_NAME", "PRC_NEIGHBORHOOD", "ReferenceStats", "frechet_distance", "tool_versions", "tf_features",

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from timestep_lab.config import EvalConfig
-from timestep_lab.io import ArtifactError, atomic_write_json
+from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import LABELS, to_extractor_input
 from timestep_lab.metrics.fid import cf_features, frechet_distance, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages

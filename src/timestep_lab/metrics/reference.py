@@ -10,7 +10,7 @@ array on first use::
     tf_sigma      float64 [D, D]  }
     cf_features   float32 [N, D]  features as clean-fid's get_folder_features extracted them
     cf_mu, cf_sigma               mean and covariance of cf_features
-    sha256        JSON string     the sha256 of each member above (:func:`timestep_lab.io.save_npz`)
+    sha256        JSON string     the sha256 of each member above (:func:`timestep_lab.artifacts.io.save_npz`)
 
 Every member is checked when it is read: against its sha256 (a flipped bit is an error naming
 the file, never another FID), and the arrays for shape (``[count, feature_dim]``,
@@ -31,9 +31,9 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from timestep_lab.checksums import NPZ_CHECKSUMS
+from timestep_lab.artifacts.checksums import NPZ_CHECKSUMS
 from timestep_lab.errors import InputError
-from timestep_lab.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
+from timestep_lab.artifacts.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
 from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input, is_feature_net
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages

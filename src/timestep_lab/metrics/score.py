@@ -20,15 +20,15 @@ import numpy as np
 import torch
 
 from timestep_lab.config import EvalConfig
-from timestep_lab.features import load_feature_net
-from timestep_lab.io import ArtifactError, atomic_write_json
+from timestep_lab.metrics.features import load_feature_net
+from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import (
     LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input, is_feature_net,
 )
 from timestep_lab.metrics.fid import clean_fid_metrics, tf_features, tool_versions, torch_fidelity_metrics
 from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference
-from timestep_lab.samples_file import load_samples
+from timestep_lab.artifacts.samples_file import load_samples
 
 __all__ = ["METRICS_FORMAT", "evaluate_samples", "evaluate_file", "scoring_spec", "sample_features", "bootstrap_fid"]
 
@@ -83,7 +83,7 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
                      weights: str | Path | None = None, samples_meta: dict[str, Any] | None = None,
                      device: Any = "cpu", progress: bool = False, code: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Score uint8 NHWC images against a reference file with every tool in ``cfg.tools``.
-    ``code``: the code identity of the caller (:mod:`timestep_lab.identity`), part of every
+    ``code``: the code identity of the caller (:mod:`timestep_lab.artifacts.identity`), part of every
     record's protocol and of the result (None: not recorded).
 
     Returns the ``metrics.json`` dict: ``records`` (one per metric and tool, each with the full

@@ -1,7 +1,7 @@
 """``python -m timestep_lab rehearse STUDY.yaml [--fast-features] [--prepare-only] [--snakemake ARGS]``:
 rehearse a study end to end on CPU before paying for it.
 
-``run`` reads and checks the study as the workflow would (:func:`timestep_lab.estimate.load_plan`),
+``run`` reads and checks the study as the workflow would (:func:`timestep_lab.cost.estimate.load_plan`),
 writes the scaled-down copy (:func:`.scale.rehearsal_study`) to ``<dir>/<study>/config.yaml`` and
 its stand-ins (:func:`.stand_ins.write_stand_ins`), runs Snakemake on it from the project root
 (``--snakemake='--profile cluster'`` rehearses through the cluster profile too), then prints what a real run needs that the rehearsal stood in for
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from timestep_lab.config import ConfigError
 from timestep_lab.config.load import dump_yaml, load_yaml
-from timestep_lab.io import atomic_write_text
+from timestep_lab.artifacts.io import atomic_write_text
 
 __all__ = ["configure", "run"]
 
@@ -51,16 +51,14 @@ def _snakemake() -> str:
 
 def _estimate(source: str) -> str:
     """``python -m timestep_lab estimate SOURCE``'s table (its error line when it fails)."""
-    env = {k: v for k, v in os.environ.items() if k != "TIMESTEP_LAB_WARM_SOCKET"}
-    r = subprocess.run([sys.executable, "-m", "timestep_lab", "estimate", source], capture_output=True, text=True,
-                       env=env)
+    r = subprocess.run([sys.executable, "-m", "timestep_lab", "estimate", source], capture_output=True, text=True)
     lines = r.stdout if r.returncode == 0 else r.stderr
     return "\n".join(ln for ln in lines.splitlines() if not ln.startswith("timestep_lab usage:"))
 
 
 def run(args: argparse.Namespace) -> int:
     # imported here: the plan checks every run config (torch), and the CLI builds this parser for --help
-    from timestep_lab.estimate import load_plan
+    from timestep_lab.cost.estimate import load_plan
     from timestep_lab.rehearsal.needs import real_run_needs
     from timestep_lab.rehearsal.paths import RehearsalPaths
     from timestep_lab.rehearsal.scale import rehearsal_study

@@ -7,7 +7,7 @@
   ``InceptionV3W`` calls: ``.layers(x)`` on 299x299 input in [-1, 1] gives ``[B, 2048, 1, 1]``,
   ``forward(x, return_features)`` resizes and normalises first). Both ~95 MB; convolutions are
   Kaiming-normal, so the 2048 features neither vanish nor explode.
-* :func:`write_rehearsal_cnn` (from :mod:`timestep_lab.features`) -- the fast stand-in.
+* :func:`write_rehearsal_cnn` (from :mod:`timestep_lab.metrics.features`) -- the fast stand-in.
 * :data:`FAKE_REFERENCES` -- a pretrained reference per ``reference.format``: a diffusers
   ``UNet2DModel`` folder with google/ddpm-*'s ``scheduler_config.json``; an openai
   guided-diffusion state dict (fp16, learned sigma: 6 output channels) shaped like the
@@ -30,8 +30,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from timestep_lab.features import write_rehearsal_cnn
-from timestep_lab.io import save_torch
+from timestep_lab.metrics.features import write_rehearsal_cnn
+from timestep_lab.artifacts.io import save_torch
 
 __all__ = ["write_inception", "write_rehearsal_cnn", "FAKE_REFERENCES", "DDPM_SCHEDULER", "write_diffusers_reference",
            "write_guided_diffusion_reference", "write_native_reference"]

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from timestep_lab.io import atomic_write_json
+from timestep_lab.artifacts.io import atomic_write_json
 from timestep_lab.rehearsal.fake_data import FAKE_DATA
 from timestep_lab.rehearsal.fake_weights import FAKE_REFERENCES, write_inception, write_rehearsal_cnn
 from timestep_lab.rehearsal.paths import RehearsalPaths

@@ -9,7 +9,7 @@ CLI), :func:`scorecard_text` (the same for a terminal) and :func:`render_scoreca
 self-contained HTML page, jinja2 template ``reports/scorecard.html.j2``). FID values never cross
 a column: each scale's FID is in the feature space of its own extractor, so a cell shows the
 verdicts, the FID ratio, the censored speed-up and the difference labelled with its own FID.
-Knows nothing of how a verdict is reached (:mod:`timestep_lab.scaling` says what a trend is).
+Knows nothing of how a verdict is reached (:mod:`timestep_lab.evidence.scaling` says what a trend is).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from timestep_lab.io import atomic_write_text
+from timestep_lab.artifacts.io import atomic_write_text
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import format_difference, format_ratio, size_text
 from timestep_lab.reporting.study_scale import StudyScale
-from timestep_lab.scaling import TRENDS, effective_verdict, trend
+from timestep_lab.evidence.scaling import TRENDS, effective_verdict, trend
 
 __all__ = ["scorecard_data", "scorecard_text", "render_scorecard", "scale_lines"]
 
@@ -66,7 +66,7 @@ def _cell(row: Mapping[str, Any] | None, study: StudyScale) -> dict[str, str]:
 def scorecard_data(studies: Sequence[StudyScale]) -> dict[str, Any]:
     """Everything the page shows: ``studies`` (names, in scale order), ``scales`` (per study, its
     lines of :func:`scale_lines`), ``claims`` (per claim: ``id``, ``paper``, ``where``, ``status``,
-    ``quote``, ``statement``, ``direction``, ``trend`` (:func:`timestep_lab.scaling.trend`) and
+    ``quote``, ``statement``, ``direction``, ``trend`` (:func:`timestep_lab.evidence.scaling.trend`) and
     ``cells`` {study: cell}), ``counts`` {trend: claims}. Claims in the order of the first study
     listing them, then any only later studies list."""
     by_study = {s.name: {r.get("id"): r for r in s.verdicts.get("claims", [])} for s in studies}

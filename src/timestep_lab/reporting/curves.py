@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from timestep_lab.stats import paired
+from timestep_lab.evidence.stats import paired
 
 __all__ = ["progress_table", "plot_progress", "per_seed_table", "paired_differences", "plot_paired_differences",
            "log_wall_clock"]
@@ -105,7 +105,7 @@ def per_seed_table(study: Any, name: Callable[[pd.Series], str] | None = None, t
 
 def paired_differences(per_seed: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """``arm - baseline`` per seed from :func:`per_seed_table`, with the mean and 95% t-interval
-    (:func:`timestep_lab.stats.paired`; seeds missing in either arm are dropped, and arms that
+    (:func:`timestep_lab.evidence.stats.paired`; seeds missing in either arm are dropped, and arms that
     share no seed with the baseline)."""
     rows = []
     if baseline not in per_seed.index:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from timestep_lab.io import atomic_write_text, read_json
-from timestep_lab.reporting.cost import estimate_vs_measured, local_rules, study_cost
+from timestep_lab.artifacts.io import atomic_write_text, read_json
+from timestep_lab.cost.measured import estimate_vs_measured, local_rules, study_cost
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import (
     COLUMNS,
@@ -38,7 +38,7 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
                  rehearsal: Mapping[str, Any] | None = None, scales: list[str] | None = None) -> Path:
     """The study's ``index.html``: scorecard, the papers' figures beside our verdicts, protocol, the
     cost estimate (``estimate``: the JSON of ``estimate --out``) beside the measured cost per rule (the
-    benchmark files under ``results_dir``, :mod:`timestep_lab.reporting.cost`), links. ``rehearsal``:
+    benchmark files under ``results_dir``, :mod:`timestep_lab.cost.measured`), links. ``rehearsal``:
     the study config's ``rehearsal`` section (``of``, ``stand_ins``), which puts a banner on top:
     nothing on the page is a result. ``scales``: the other studies whose results exist; when there
     are any the page links the scorecard across scales (``../scorecard.html``, rule ``scorecard``),

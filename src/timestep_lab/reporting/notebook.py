@@ -34,9 +34,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
-from timestep_lab.identity import describe, distinct
+from timestep_lab.artifacts.identity import describe, distinct
 from timestep_lab.reporting.scorecard import COLUMNS, format_difference, load_verdicts, scorecard_rows
-from timestep_lab.verdicts import speedup_text, study_comparisons
+from timestep_lab.evidence.verdicts import speedup_text, study_comparisons
 
 __all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup", "show_verdicts", "comparison_table",
            "show_comparisons", "speedup_seed_table", "show_speedup_seeds", "code_text"]
@@ -166,7 +166,7 @@ _DIRECTION = {"reproduced": "lower than the baseline", "contradicted": "higher t
 
 def comparison_table(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
     """Every arm of ``study``'s group against the group's baseline arm, paired by seed
-    (:func:`timestep_lab.verdicts.study_comparisons`): one row per arm with the final-FID
+    (:func:`timestep_lab.evidence.verdicts.study_comparisons`): one row per arm with the final-FID
     difference and 95% interval, the geometric-mean FID ratio and its interval, n, the p
     Holm-adjusted across the arms of the group, the finding (lower / higher than the baseline, or
     inconclusive), the smallest difference found with 80% power at that Holm level (estimated from

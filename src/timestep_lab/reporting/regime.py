@@ -26,8 +26,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from timestep_lab.io import read_json
-from timestep_lab.stats import paired
+from timestep_lab.artifacts.io import read_json
+from timestep_lab.evidence.stats import paired
 
 __all__ = ["FLOOR_FORMAT", "floor_records", "floor_for", "long_run", "gap_shares", "regime", "plot_regime",
            "regime_lines", "show_regime"]

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from timestep_lab.io import ArtifactError, atomic_write_text
+from timestep_lab.artifacts.io import ArtifactError, atomic_write_text
 
 __all__ = ["render_notebook", "network_references", "PAGE_CSS"]
 

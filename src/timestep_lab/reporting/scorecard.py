@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from timestep_lab.io import read_json
+from timestep_lab.artifacts.io import read_json
 
 __all__ = ["COLUMNS", "load_verdicts", "scorecard_rows", "format_difference", "format_ratio", "regime_text",
            "size_text", "floor_text"]

@@ -2,7 +2,7 @@
 scorecard across scales (:mod:`timestep_lab.reporting.across`, docs/methods.md §9.9).
 
 Read from ``results/<study>/`` (the project root is the folder holding ``results/``, as for
-:func:`timestep_lab.reporting.cost.logs_dir_of`):
+:func:`timestep_lab.cost.measured.logs_dir_of`):
 
 * ``verdicts.json`` (required; format :data:`VERDICTS_FORMAT`): the claims and both verdicts;
 * ``summary.json``: the FID protocol: its label ("FID (digits-CNN features)", "FID (mnist-cnn
@@ -13,7 +13,7 @@ Read from ``results/<study>/`` (the project root is the folder holding ``results
   shape (and the padding, e.g. MNIST's 28x28 -> 32x32); without it the resolution of
   ``estimate.json``'s model key (``unet-0.16M@8x8x1``);
 * the benchmark files, job logs and ``estimate.json``: the measured cost beside the estimate
-  (:func:`timestep_lab.reporting.cost.study_total`).
+  (:func:`timestep_lab.cost.measured.study_total`).
 
 The model's parameters are counted from its run config on torch's meta device (no memory, no
 weights), so reading a study needs no checkpoint. Missing pieces leave their fields None with
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from timestep_lab.config import ConfigError, RunConfig, config_from_dict, load_yaml
-from timestep_lab.io import ArtifactError, read_json
-from timestep_lab.reporting.cost import local_rules, logs_dir_of, study_total
+from timestep_lab.artifacts.io import ArtifactError, read_json
+from timestep_lab.cost.measured import local_rules, logs_dir_of, study_total
 
 __all__ = ["VERDICTS_FORMAT", "StudyScale", "read_study", "order_by_scale", "count_parameters"]
 

@@ -10,7 +10,7 @@ noise: its FID is the held-out set's, whatever the model does elsewhere. Here, t
 
 * the chain is the full T-step ancestral (DDPM) chain, or any respaced chain in which every
   range holds at least ``min_steps`` steps (checked), e.g. 100-step DDIM with quadratic spacing
-  (dense near t = 0, :func:`timestep_lab.sampling.respaced_timesteps`);
+  (dense near t = 0, :func:`timestep_lab.generate.sampling.respaced_timesteps`);
 * the final step is taken out of every range, and "final step only" is an arm of its own: the
   control that returns the held-out images themselves (the floor at this sample count);
 * "none" (no replacement) is the model's own FID;
@@ -37,10 +37,10 @@ import torch
 from torch import Tensor
 
 from timestep_lab.data import to_float, to_uint8
-from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.errors import InputError
-from timestep_lab.sampling import Chain, GroundTruth, StackedGenerator, reverse_step
-from timestep_lab.timeranges import scale_range
+from timestep_lab.generate.sampling import Chain, GroundTruth, StackedGenerator, reverse_step
+from timestep_lab.processes.timeranges import scale_range
 
 __all__ = ["posterior_coefficients", "replacement_ranges", "range_label", "ContributionArm", "contribution_arms",
            "branched_samples", "heldout_distance"]
@@ -70,7 +70,7 @@ def range_label(lo: int, hi: int) -> str:
 def replacement_ranges(ranges_paper: Sequence[Sequence[int]], T: int, T_paper: int = 1000) -> list[dict[str, Any]]:
     """Map the paper's 1-based inclusive ranges on ``T_paper`` (e.g. ``[1, 500]``, ``[500, 1000]``,
     ``[10, 100]``, ``[100, 500]``, ``[1, 10]``) to 0-based inclusive ranges on ``[0, T-1]`` with
-    :func:`timestep_lab.timeranges.scale_range`.
+    :func:`timestep_lab.processes.timeranges.scale_range`.
 
     :returns: ``[{"label": "[1,500]", "paper": [1, 500], "range": [lo, hi]}, ...]`` in input order.
     """
@@ -130,7 +130,7 @@ def branched_samples(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
                      spacing: str = "uniform", batch_size: int = 500, device: Any = "cpu") -> dict[str, np.ndarray]:
     """Samples of every arm from one shared chain (module docstring): ``{label: uint8 [N, H, W, C]}``.
 
-    Every arm's samples equal :func:`timestep_lab.sampling.reverse_loop` on the same chain with
+    Every arm's samples equal :func:`timestep_lab.generate.sampling.reverse_loop` on the same chain with
     ``gt`` = the arm's ``replaced`` range (none for "none"), byte for byte: same seeds, same noise.
 
     :param gt_images: float ``[N, C, H, W]`` in [-1, 1], one held-out image per seed.

@@ -25,7 +25,7 @@ the excess change of training on slot k instead of on all t is measured as a log
 doubling and a halving weigh the same) and tame the heavy right tail of relative changes: a
 slot whose loss grows 7-fold would otherwise dominate every mean. The claim "training one slot
 raises the others" is the paired comparison over seeds of the per-seed mean off-diagonal
-``R_s`` (a 95% t-interval over seeds, :func:`timestep_lab.stats.paired`); every entry has its
+``R_s`` (a 95% t-interval over seeds, :func:`timestep_lab.evidence.stats.paired`); every entry has its
 own interval too.
 """
 
@@ -36,8 +36,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from timestep_lab.errors import InputError
-from timestep_lab.io import atomic_write_json
-from timestep_lab.stats import json_safe, paired
+from timestep_lab.artifacts.io import atomic_write_json
+from timestep_lab.evidence.stats import json_safe, paired
 from timestep_lab.studies.profile import load_profile, profile_per_t
 from timestep_lab.studies.slots import check_cover, load_slots, slot_sums
 
@@ -133,7 +133,7 @@ def interference_vs_control(reference_profile: Mapping[str, Any],
         "control" [n] (mean of C), "log_ratio" [[n]] (mean over seeds of R), "per_seed"
         {seed: [[n]] R_s}, "excess" [[{"diff", "ci_low", "ci_high", "n", "p"}] per trained slot]
         (R per entry, t-interval over seeds), "off_diagonal" and "diagonal"
-        (:class:`~timestep_lab.stats.Paired` dicts of the per-seed mean off-diagonal / diagonal
+        (:class:`~timestep_lab.evidence.stats.Paired` dicts of the per-seed mean off-diagonal / diagonal
         R, ``p_adj`` = ``p``)}``. Only seeds with both a control and every trained slot are used.
     """
     seeds = sorted({str(s) for s in finetuned} & {str(s) for s in controls}, key=_seed_order)

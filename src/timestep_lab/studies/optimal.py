@@ -26,7 +26,7 @@ the linear solution networks learn first; the consistency analysis samples it wi
 seeds as the trained models as its "same early solution" control.
 
 Both are ``denoise(x_t [B, C, H, W], t [B]) -> (x0_hat, eps_hat)`` callables, the interface of
-:class:`timestep_lab.sampling.Denoiser`, so :func:`timestep_lab.sampling.sample_images` samples
+:class:`timestep_lab.generate.sampling.Denoiser`, so :func:`timestep_lab.generate.sampling.sample_images` samples
 them like a network. Arithmetic is float64 (at t = 0, ``1 - ab = 1e-4`` makes the logits of
 neighbouring images differ by thousands).
 """
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.studies.profile import PROFILE_FORMAT, _images_array, profile_bank, profile_timesteps
 
 __all__ = ["EmpiricalDenoiser", "GaussianDenoiser", "optimal_profile"]

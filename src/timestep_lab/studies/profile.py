@@ -35,10 +35,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from timestep_lab.diffusion import GaussianDiffusion
+from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.errors import InputError
-from timestep_lab.io import ArtifactError, atomic_write_json, read_json
-from timestep_lab.predictions import Prediction
+from timestep_lab.artifacts.io import ArtifactError, atomic_write_json, read_json
+from timestep_lab.processes.predictions import Prediction
 
 __all__ = [
     "PROFILE_FORMAT",

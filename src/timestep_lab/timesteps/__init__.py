@@ -28,6 +28,9 @@ curriculum          ``first`` until ``switch_kimg``, then ``then`` (2603.12517) 
 ==================  ===========================================================  ==========  ========
 
 (*) when ``unbiased`` (the default).
+
+The loss weightings w(t) live beside the samplers, in :mod:`timestep_lab.timesteps.weighting`
+(``make_weighting``; not imported here): only p(t) w(t) matters to the objective.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from timestep_lab.config import ConfigError
-from timestep_lab.flow import shift_sigma, unshift_sigma
+from timestep_lab.processes.flow import shift_sigma, unshift_sigma
 from timestep_lab.registry import check_range
 from timestep_lab.timesteps.base import TimestepSampler
 from timestep_lab.timesteps.registry import SAMPLERS

@@ -11,7 +11,7 @@ Files under ``out_dir``::
     train_log.jsonl                 the complete log             } never half-written
     snapshots/                      the snapshots (hard links)  }
     stale-<hash>/                   a run of another config, set aside (below)
-    .lock                           the writer's pid and host (timestep_lab.runlock)
+    .lock                           the writer's pid and host (timestep_lab.artifacts.runlock)
 
 The training state is keyed to the config that wrote it: resuming with a config that differs in
 anything but :data:`RESUMABLE_CHANGES` (say ``optim.lr``, changed in a study config) does not
@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from timestep_lab.checkpoints import CHECKPOINT_FORMAT
 from timestep_lab.config import RunConfig, config_to_dict
-from timestep_lab.io import ArtifactError, atomic_path, atomic_write_text, canonical_json, load_torch
+from timestep_lab.artifacts.io import ArtifactError, atomic_path, atomic_write_text, canonical_json, load_torch
 from timestep_lab.optim import EMA
 
 __all__ = ["RESUMABLE_CHANGES", "RunPaths", "snapshot_name", "read_resume_checkpoint", "ema_state_dict", "publish",

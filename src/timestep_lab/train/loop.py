@@ -4,7 +4,7 @@ The loop only wires together objects built from the config (network, diffusion p
 prediction type, timestep sampler, loss weighting, optimizer and its schedule, EMA) by
 :func:`~timestep_lab.train.step.build_train_step`, runs :meth:`TrainStep.step` and adds
 resuming, logging (``train_log.jsonl`` and, when asked, TensorBoard event files:
-:mod:`timestep_lab.events`), checkpoints, snapshots and the final files (:mod:`.files`). Length,
+:mod:`timestep_lab.artifacts.events`), checkpoints, snapshots and the final files (:mod:`.files`). Length,
 warm-up, EMA half-life, logging, checkpoints and snapshots are all counted in images seen.
 Rank 0 writes all files.
 
@@ -41,11 +41,11 @@ from timestep_lab.checkpoints import (
 from timestep_lab.components import build_model
 from timestep_lab.config import RunConfig, config_to_dict, dump_config
 from timestep_lab.distributed import World
-from timestep_lab.events import RunEvents
-from timestep_lab.io import load_torch, save_torch
+from timestep_lab.artifacts.events import RunEvents
+from timestep_lab.artifacts.io import load_torch, save_torch
 from timestep_lab.optim import EMA
-from timestep_lab.predictions import HEADS, MixedPrediction
-from timestep_lab.runlock import RunLock
+from timestep_lab.processes.predictions import HEADS, MixedPrediction
+from timestep_lab.artifacts.runlock import RunLock
 from timestep_lab.train.files import (
     RunPaths,
     ema_state_dict,
@@ -94,16 +94,16 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
     :param resume: continue from ``train_state/checkpoint.pt`` if present (else start over).
     :param stop_after_kimg: stop (with a checkpoint, without the final files) once this many
         kimg are done; for tests and time-limited jobs.
-    :param events: folder for the run's TensorBoard event files (:mod:`timestep_lab.events`);
+    :param events: folder for the run's TensorBoard event files (:mod:`timestep_lab.artifacts.events`);
         None writes none.
-    :param code: the code identity of this process (:mod:`timestep_lab.identity`, given by the
+    :param code: the code identity of this process (:mod:`timestep_lab.artifacts.identity`, given by the
         entry point), written into every ``train_log.jsonl`` record: a run resumed under other
         code says so record by record. Not in ``model.pt``, whose bytes depend on the config
         and seed only.
     :raises NonFiniteLossError: when the loss becomes NaN/inf and ``train.on_nonfinite`` is ``fail``.
     """
     # one writer per run folder: rank 0 holds out_dir/.lock for the whole run (a second writer
-    # fails at once naming the holder; a dead holder's lock is taken over: timestep_lab.runlock)
+    # fails at once naming the holder; a dead holder's lock is taken over: timestep_lab.artifacts.runlock)
     with RunLock(out_dir) if world.is_main else contextlib.nullcontext(), StopRequest() as stop:
         return _train(cfg, RunPaths(Path(out_dir)), resume=resume, progress=progress, world=world,
                       stop_after_kimg=stop_after_kimg, stop=stop, events=events, code=code)

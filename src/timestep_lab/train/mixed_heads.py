@@ -1,6 +1,6 @@
 """The per-timestep inference head of a trained ``mixed``-prediction model.
 
-A ``mixed`` network predicts eps, x0 and v at once (:class:`~timestep_lab.predictions.MixedPrediction`);
+A ``mixed`` network predicts eps, x0 and v at once (:class:`~timestep_lab.processes.predictions.MixedPrediction`);
 at inference it uses, per timestep, the head whose x0 estimate was best on a fixed bank of
 training images. :func:`mixed_head_profile` measures that table once, on the EMA weights, when
 training ends; ``model.pt`` stores it (``mixed_head_errors``, ``mixed_head_per_t``). Must not
@@ -13,8 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from timestep_lab.data import Loader, to_float
-from timestep_lab.diffusion import GaussianDiffusion
-from timestep_lab.predictions import HEADS, MixedPrediction
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.processes.predictions import HEADS, MixedPrediction
 
 __all__ = ["mixed_head_profile"]
 

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from timestep_lab.distributed import World
 from timestep_lab.errors import NonFiniteLossError  # torch-free, so the CLI entry catches it without torch
-from timestep_lab.predictions import HEADS
+from timestep_lab.processes.predictions import HEADS
 
 __all__ = ["LOG_BINS", "Accumulators", "NonFiniteGuard", "NonFiniteLossError", "bin_of"]
 

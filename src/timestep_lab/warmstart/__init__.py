@@ -27,9 +27,29 @@ module        holds                                                             
 ``server``    the accept/fork/wait loop and ``python -m ...server``              ``worker``
 ``launch``    the workflow's side: start, wait for and stop one local run's server stdlib
 ============  =================================================================  =============
+
+Outside this package only the entry (``__main__``: :func:`forward_if_asked`, one call) and the
+workflow's rule file ``workflow/rules/warmstart.smk`` know it. A worker's usage line says
+``start=warm`` and the server's last line is a named usage line (``timestep_lab warm-start server
+usage: ...``): the cost accounting reads both as generic lines (:mod:`timestep_lab.cost.usage`).
 """
+
+import os
 
 #: the environment variable that gives jobs the server's socket (set by the workflow only)
 SOCKET_ENV = "TIMESTEP_LAB_WARM_SOCKET"
 
-__all__ = ["SOCKET_ENV"]
+__all__ = ["SOCKET_ENV", "forward_if_asked"]
+
+
+def forward_if_asked() -> int | None:
+    """What ``python -m timestep_lab`` calls first: when the workflow named a server
+    (:data:`SOCKET_ENV`) and this is not a torchrun rank (``LOCAL_RANK``: every rank starts itself,
+    as torchrun expects), the command runs in a worker forked from that server, and this returns
+    its exit status; None when none is named or none takes the job: the caller runs it itself."""
+    path = os.environ.get(SOCKET_ENV)
+    if not path or "LOCAL_RANK" in os.environ:
+        return None
+    from timestep_lab.warmstart.client import forward  # only in a job the workflow started
+
+    return forward(path)

@@ -17,8 +17,8 @@ package differs from when it started (:func:`package_signature`), it answers eve
 One thread, one loop over the listening socket, the clients' connections (signals to relay; end
 of file: client gone, worker killed) and each worker's pidfd (exit: reaped, status sent). Reaping every worker puts their CPU time in the server's children and
 so in its parent's: ``time snakemake`` still counts every job. Its log gets one line per job and, at
-the end, its own CPU (:func:`timestep_lab.usage.server_usage_line`), which
-``benchmarks/study_cost.py`` adds.
+the end, its own CPU as a named usage line (:func:`timestep_lab.cost.usage.named_usage_line` of
+:data:`USAGE_NAME`), which the cost accounting sums as the row ``(warm-start server)``.
 """
 
 from __future__ import annotations
@@ -40,11 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from timestep_lab.usage import server_usage_line
+from timestep_lab.cost.usage import named_usage_line
 from timestep_lab.warmstart.protocol import recv_request
 from timestep_lab.warmstart.worker import become_job, run_job
 
 __all__ = ["PRELOAD", "Server", "preload", "package_signature", "main"]
+
+#: the name of the server's usage line, the last line of its log: the row of the cost accounting
+USAGE_NAME = "warm-start server"
 
 #: imported before the first fork, besides every timestep_lab module: what the commands import
 #: inside functions (measured: an adaptive-sampler training job imported sklearn, 1.2 CPU-s; a
@@ -118,7 +121,7 @@ class _Job:
 
 
 class Server:
-    """Accept requests on ``listener`` and run each as ``entry(argv[1:], warm=True)`` in a forked
+    """Accept requests on ``listener`` and run each as ``entry(argv[1:], start="warm")`` in a forked
     worker, as long as the package folder ``package`` still has ``signature``
     (:func:`package_signature`, taken before the server imported it); else reply ``fresh``."""
 
@@ -282,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Fork timestep_lab jobs from one warm process (docs/design.md, 'Warm start').")
     p.add_argument("--socket", required=True, help="Unix socket path to listen on (removed at the end)")
     p.add_argument("--entry", required=True,
-                   help="MODULE:FUNCTION called as FUNCTION(argv[1:], warm=True) in each worker; returns the exit status "
+                   help="MODULE:FUNCTION called as FUNCTION(argv[1:], start='warm') in each worker; returns the exit status "
                         "(the workflow gives timestep_lab.cli:run_command)")
     p.add_argument("--no-preload", action="store_true", help="import nothing ahead (tests)")
     p.add_argument("--remove-folder", action="store_true",
@@ -302,7 +305,7 @@ def _serve(args: argparse.Namespace) -> int:
     signature = package_signature(package)  # before the imports: an edit during them counts as a change
     # the code identity of what is imported now, computed once: every worker inherits it (and the
     # server forks nothing once a file differs, so it stays true)
-    importlib.import_module("timestep_lab.identity").current()
+    importlib.import_module("timestep_lab.artifacts.identity").current()
     entry = _entry(args.entry)
     for name in [] if args.no_preload else preload():
         print(f"not preloaded: {name}", file=sys.stderr)
@@ -330,7 +333,7 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         listener.close()
         _unlink(args.socket)
-        print(server_usage_line(), file=sys.stderr, flush=True)
+        print(named_usage_line(USAGE_NAME), file=sys.stderr, flush=True)
     return 0
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from threadpoolctl import threadpool_limits
 
-from timestep_lab.usage import flush_output
+from timestep_lab.cost.usage import flush_output
 from timestep_lab.warmstart.protocol import N_FDS, Request
 
 __all__ = ["become_job", "run_job"]
@@ -95,13 +95,13 @@ def _set_threads(env: dict[str, str], torch) -> None:
 
 
 def run_job(entry: Callable[..., int]) -> int:
-    """``entry(sys.argv[1:], warm=True)`` as ``python -m timestep_lab`` runs it; its exit status.
+    """``entry(sys.argv[1:], start="warm")`` as ``python -m timestep_lab`` runs it; its exit status.
 
     Exceptions become what the interpreter would make of them: ``SystemExit`` its code, anything
     else a traceback and 1. Non-daemon threads are joined, as the interpreter does at exit.
     """
     try:
-        status = entry(sys.argv[1:], warm=True)
+        status = entry(sys.argv[1:], start="warm")  # its usage line says start=warm
         status = 0 if status is None else int(status)
     except SystemExit as exc:
         code = exc.code

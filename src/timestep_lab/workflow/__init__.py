@@ -18,7 +18,7 @@ their own jobs (``from timestep_lab.workflow.collect import collect``) and are n
 here.
 """
 
-from timestep_lab.timeranges import scale_range
+from timestep_lab.processes.timeranges import scale_range
 from timestep_lab.workflow.checked import check_run_configs
 from timestep_lab.workflow.run_yaml import write_run_config
 from timestep_lab.workflow.runs import (

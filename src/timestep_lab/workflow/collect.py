@@ -23,10 +23,10 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from timestep_lab.identity import describe, distinct, identity_key
-from timestep_lab.io import atomic_path, atomic_write_json, read_json
-from timestep_lab.stats import json_safe
-from timestep_lab.verdicts import (
+from timestep_lab.artifacts.identity import describe, distinct, identity_key
+from timestep_lab.artifacts.io import atomic_path, atomic_write_json, read_json
+from timestep_lab.evidence.stats import json_safe
+from timestep_lab.evidence.verdicts import (
     arm_of,
     consistency_effect,
     interference_effect,
@@ -139,7 +139,7 @@ def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
 def summarize(metrics: pd.DataFrame, runs: pd.DataFrame, *, base_batch: int | None = None) -> dict[str, Any]:
     """Per group and variant, the final FID (torch-fidelity) mean/std over the seeds of runs that
     finished (diverged or missing runs are listed in ``failed_runs`` instead), and ``comparisons``:
-    :func:`timestep_lab.verdicts.study_comparisons` (paired by seed; strict JSON, NaN -> null).
+    :func:`timestep_lab.evidence.verdicts.study_comparisons` (paired by seed; strict JSON, NaN -> null).
     ``base_batch`` is the study's base batch size (the batch_size group's baseline)."""
     out: dict[str, Any] = {"runs": int(len(runs)), "failed_runs": []}
     if len(runs):
@@ -198,7 +198,7 @@ def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = No
                    consistency: str | None = None, base_batch: int | None = None, study: str = "",
                    floor: str | None = None) -> dict[str, Any]:
     """``verdicts.json`` (format :data:`VERDICTS_FORMAT`, docs/design.md#verdicts-json):
-    :func:`timestep_lab.verdicts.judge_claims` over the collected metrics, the analyses' outputs
+    :func:`timestep_lab.evidence.verdicts.judge_claims` over the collected metrics, the analyses' outputs
     (``interference_control.json``, ``consistency.json``; absent -> "not run") and the study's
     ``floor.json`` (absent: no floor in the regime)."""
     metrics = load_tables(metrics_csv, runs_csv)

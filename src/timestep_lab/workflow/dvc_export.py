@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from timestep_lab.io import atomic_path, atomic_write_json
+from timestep_lab.artifacts.io import atomic_path, atomic_write_json
 
 __all__ = ["dvc_export"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from timestep_lab.config import ConfigError
-from timestep_lab.timeranges import chain_timesteps, scale_range
+from timestep_lab.processes.timeranges import chain_timesteps, scale_range
 from timestep_lab.workflow.runs import (
     LENGTH_KEY,
     Run,

@@ -1,0 +1,142 @@
+"""``python -m timestep_lab estimate STUDY.yaml [--gpu h100] [--json]``: the cost of a study
+before it runs. ``configure`` adds the options to the command's parser, ``run`` prints the table
+(or the JSON) and returns the exit status; a bad study config raises :class:`ConfigError`, which
+the CLI turns into one ``error:`` line.
+
+Calibration (``--gpu cpu``, :mod:`calibration`): when the study has run (its benchmark files
+under ``--results``, default ``results/<study>``, and its job logs under ``logs/<study>``), its
+jobs' measured CPU is recorded in the calibration file ``--calibration`` (default
+``results/calibration.json``) under this machine's name, and the CPU figures of any study are
+then priced from the per-rule fit to every study recorded for this machine. ``--no-record`` only
+prices (the workflow's estimate job: the study is just starting, its cost files are partial or
+stale); ``--no-calibration`` does neither. This module is where those paths and the machine's name are decided; the library
+below reads only what it is given.
+
+Knows argparse and this package; knows nothing of the CLI's entry or other commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+from pathlib import Path
+
+from timestep_lab.cost.estimate.throughput import DEVICES, device_for
+from timestep_lab.artifacts.io import atomic_write_json
+
+__all__ = ["configure", "run", "machine_name", "DEFAULT_CALIBRATION"]
+
+DEFAULT_CALIBRATION = "results/calibration.json"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("study", help="a study config, e.g. config/cifar10.yaml")
+    parser.add_argument("--gpu", default=None, choices=sorted(DEVICES), metavar="DEVICE",
+                        help=f"price on this device ({', '.join(DEVICES)}); default: the study's "
+                             "resources (cuda: gpu_model or h100; cpu: cpu)")
+    parser.add_argument("--json", action="store_true", help="print the estimate as JSON instead of a table")
+    parser.add_argument("--out", default=None, help="also write the estimate as JSON to this file (atomically; "
+                                                    "the study index shows it beside the measured cost)")
+    parser.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
+                        help="this machine's CPU calibration: the measured jobs of finished studies and the "
+                             f"per-rule fit to them (default: {DEFAULT_CALIBRATION})")
+    parser.add_argument("--no-calibration", action="store_true",
+                        help="neither record the study's measured cost nor price from a fit")
+    parser.add_argument("--no-record", action="store_true",
+                        help="price from the calibration file as it is, without reading this study's cost files "
+                             "(the workflow's own estimate job, which runs as the study starts)")
+    parser.add_argument("--results", default=None, metavar="DIR",
+                        help="the study's results folder to learn from (default: results/<study>)")
+    parser.add_argument("--logs", default=None, metavar="DIR", help="its job logs (default: logs/<study>)")
+
+
+def machine_name() -> str:
+    """This machine as the calibration knows it: CPU model and logical CPUs."""
+    model = platform.processor() or platform.machine()
+    try:
+        found = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        model = found.group(1).strip() if found else model
+    except OSError:
+        pass
+    return f"{model} x{os.cpu_count()}"
+
+
+def _repo_root() -> Path | None:
+    from timestep_lab.cost.estimate.study import schema_path
+
+    schema = schema_path()
+    return schema.parents[2] if schema is not None else None
+
+
+def _profile_retries() -> int | None:
+    """``retries`` of the cluster profile of this checkout (None when there is none)."""
+    root = _repo_root()
+    profile = root / "workflow" / "profiles" / "cluster" / "config.yaml" if root else None
+    try:
+        found = re.search(r"^retries:\s*(\d+)", profile.read_text(), re.M) if profile else None
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
+
+
+def _local_rules() -> set[str]:
+    from timestep_lab.cost.measured import local_rules
+
+    root = _repo_root()
+    return local_rules(sorted((root / "workflow" / "rules").glob("*.smk"))) if root else set()
+
+
+def _learn(plan, args, device: str):
+    """Record the study's measured jobs (when it has run) and return (calibration, measured seconds)."""
+    from timestep_lab.cost.estimate.calibration import Store, observe
+    from timestep_lab.cost.estimate.rules import rule_costs
+    from timestep_lab.cost.measured import job_usages, logs_dir_of, read_helper_usage, study_cost
+
+    results = Path(args.results) if args.results else Path("results") / plan.study["study"]
+    logs = Path(args.logs) if args.logs else logs_dir_of(results)
+    store = Store.load(args.calibration)
+    machine = machine_name()
+    measured = None
+    if not args.no_record and (results / "benchmarks").is_dir():
+        local = _local_rules()
+        rules = rule_costs(plan)
+        observations, unknown = observe(rules, job_usages(results, logs), local)
+        helpers = {row: [c.cpu_s / c.jobs] * c.jobs for row, c in read_helper_usage(logs).items()}
+        if observations:
+            store.record(machine, plan.study["study"], observations, helpers, plan.source)
+            store.save()
+            print(f"calibration: recorded {len(observations)} measured jobs of {results} for this machine in "
+                  f"{store.path}" + (f"; {len(unknown)} measured jobs are not in {plan.source} and were left out "
+                                    f"(e.g. {unknown[0]})" if unknown else ""), file=sys.stderr)
+        ran_on_gpu = plan.study["resources"].get("device") == "cuda"
+        if ran_on_gpu == DEVICES[device].gpu:
+            try:
+                costs = study_cost(results, logs, local)
+            except ValueError as exc:  # a malformed benchmark file: say so, price without the comparison
+                print(f"warning: no measured cost beside the estimate: {exc}", file=sys.stderr)
+                return store.calibration(machine), None
+            gpus = max(1, int(plan.study["resources"].get("gpus") or 0))
+            measured = ({name: c.cpu_s for name, c in costs.items()} if not ran_on_gpu else
+                        {name: c.wall_s * (gpus if name == "train" else 1) for name, c in costs.items()
+                         if name in {r.rule for r in rules if r.gpu}})
+    return store.calibration(machine), measured
+
+
+def run(args: argparse.Namespace) -> int:
+    # imported here, not at the top: they load torch, and the CLI builds this command's parser
+    # for every invocation (``--help`` included)
+    from timestep_lab.cost.estimate.study import load_plan
+    from timestep_lab.cost.estimate.table import estimate, format_table, to_json
+
+    plan = load_plan(args.study)
+    device = device_for(plan.study["resources"], args.gpu)
+    calibration, measured = (None, None) if args.no_calibration else _learn(plan, args, device)
+    est = estimate(plan, device, calibration, measured, _profile_retries())
+    print(json.dumps(to_json(est), indent=2) if args.json else format_table(est))
+    if args.out:
+        atomic_write_json(args.out, to_json(est))
+    return 0

@@ -1,0 +1,100 @@
+"""FLOPs of the study's networks, counted, not guessed.
+
+Every figure comes from :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products,
+convolutions and attention: the dense work; elementwise ops, norms and the optimizer are not
+counted) on one image, i.e. batch 1 at the network's resolution:
+
+* ``forward``: one evaluation ``net(x_t, t)`` (what one reverse-sampling step or one profile
+  evaluation costs per image);
+* ``train``: ``net(x_t, t).square().mean().backward()`` -- forward plus backward, about 3x the
+  forward (what one training image costs).
+
+A convolution of ``C_in -> C_out`` channels, kernel ``k x k`` on an ``H x W`` output counts
+``2 * C_in * C_out * k^2 * H * W`` (one multiply and one add per multiply-accumulate).
+
+Networks are built on the ``meta`` device: no memory, no weights, well under a second even for
+ADM's 554M-parameter ImageNet UNet, and every count is cached per model config. This module
+knows networks and shapes; it knows nothing of studies, rules or devices.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from timestep_lab.components import build_model
+from timestep_lab.config import config_from_dict
+from timestep_lab.metrics.features import FEATURE_NETS
+
+__all__ = ["NetworkCost", "count_flops", "network_cost", "extractor_flops", "EXTRACTORS"]
+
+
+@dataclass(frozen=True)
+class NetworkCost:
+    """FLOPs per image of one network at its resolution."""
+
+    key: str  # "<model name>-<params>M@<res>x<res>x<channels>": the throughput table's model key
+    params: int
+    forward: int  # FLOPs of one forward, batch 1
+    train: int  # FLOPs of one forward + backward, batch 1
+
+
+def count_flops(net: nn.Module, inputs: tuple[torch.Tensor, ...], backward: bool = False) -> int:
+    """FLOPs of ``net(*inputs)`` (and of the backward of ``out.square().mean()`` if ``backward``)."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        if backward:
+            net(*inputs).square().mean().backward()
+        else:
+            with torch.no_grad():
+                net(*inputs)
+    return int(counter.get_total_flops())
+
+
+@functools.lru_cache(maxsize=None)
+def _cost(run_json: str, resolution: int, channels: int) -> NetworkCost:
+    cfg = config_from_dict(json.loads(run_json), "estimate (network)")
+    with torch.device("meta"):
+        net = build_model(cfg, resolution, channels).train()
+        x = torch.randn(1, channels, resolution, resolution)
+        t = torch.zeros(1, dtype=torch.long)
+    params = sum(p.numel() for p in net.parameters())
+    fwd = count_flops(net, (x, t))
+    train = count_flops(net, (x, t), backward=True)
+    key = f"{cfg.model.name}-{params / 1e6:.2f}M@{resolution}x{resolution}x{channels}"
+    return NetworkCost(key, params, fwd, train)
+
+
+def network_cost(run_config: Mapping[str, Any], resolution: int, channels: int) -> NetworkCost:
+    """Cost of the network of a run config dict (only ``model`` and ``diffusion`` matter)."""
+    part = {k: run_config[k] for k in ("model", "diffusion") if k in run_config}
+    return _cost(json.dumps(part, sort_keys=True, default=list), int(resolution), int(channels))
+
+
+# Feature extractors of the evaluation: name -> (builder on the meta device, input shape).
+def _inception() -> nn.Module:
+    import torchvision  # heavy: imported only when an Inception study is estimated
+
+    return torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False)
+
+
+EXTRACTORS = {"inception-v3": (_inception, (1, 3, 299, 299)),
+              **{name: (functools.partial(net.build, net.feature_dim), (1, *(net.input_shape or (3, 32, 32))))
+                 for name, net in FEATURE_NETS.items()}}
+
+
+@functools.lru_cache(maxsize=None)
+def extractor_flops(name: str, train: bool = False) -> int:
+    """FLOPs of one image through feature extractor ``name`` (Inception-v3 at 299x299: ~11.4 G);
+    ``train``: forward + backward of the classifier (one training image of ``train-features``)."""
+    build, shape = EXTRACTORS[name]
+    with torch.device("meta"):
+        net = build().train(train)
+        x = torch.randn(shape)
+    return count_flops(net, (x,), backward=train)

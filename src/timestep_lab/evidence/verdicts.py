@@ -1,0 +1,350 @@
+"""Paired comparisons per study group, and the claims measured and judged (docs/methods.md §9).
+
+Input: the tidy metrics table written by the results collection (one row per run x stage x
+images seen x metric x tool, with the run's axes, ``seed``, ``groups`` and ``arm`` = the run id
+without its seed). Output: plain dicts, ready for ``summary.json``/``verdicts.json`` and reports.
+
+* :func:`compare_group`: within one group, every arm against the group's baseline arm, paired by
+  seed: final-FID difference and log-FID difference with 95% t-intervals, Holm-adjusted p across
+  the arms of the group (the group reports' adjustment), and the per-seed, censored speed-up from
+  progress curves (:func:`timestep_lab.evidence.stats.speedup`).
+* :data:`GROUP_BASELINES` + :func:`study_comparisons`: :func:`compare_group` for every group
+  of a study against its baseline arm (within each schedule for ``schedules``).
+* :func:`regime`: how far the study trained: the baseline's final FID beside the floor (the
+  held-out split's FID), the training length, and whether the baseline's FID has stopped falling.
+* :func:`judge_claims`: the claims of :mod:`timestep_lab.claims` measured (the comparison each
+  reads, its regime) and judged as one family (:func:`timestep_lab.evidence.family.judge_family`).
+* :func:`interference_effect`, :func:`consistency_effect`: the measured effect of the two
+  analysis claims, read from the analyses' output dicts.
+
+Knows nothing about Snakemake, files or plotting.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from timestep_lab.claims import CLAIMS, CONSTANT_BASE, FLOW_BASELINE, FLOW_GROUP, UNIFORM, Claim
+from timestep_lab.evidence.family import ALPHA, judge_family
+from timestep_lab.evidence.stats import Speedup, holm, paired, speedup, verdict
+
+#: Sign of ``arm - baseline`` in final FID that a group's per-arm ``verdict`` tests: the arm lowers FID.
+BETTER = -1
+
+__all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "arm_of", "select_arm", "compare_group", "study_comparisons",
+           "judge_claims", "interference_effect", "consistency_effect", "FID_TOOL_ORDER", "speedup_text", "regime",
+           "PLATEAU_DROP", "floor_record"]
+
+#: Which tool's FID is the headline when several measured the same samples.
+FID_TOOL_ORDER = ("torch-fidelity", "clean-fid")
+
+#: Per group: the baseline arm every other arm is compared with, and the column whose values are
+#: compared separately (``schedules``: uniform vs the others within each noise schedule).
+GROUP_BASELINES: dict[str, tuple[dict[str, Any], str | None]] = {
+    "sampler_comparison": (UNIFORM, None),
+    "schedules": (UNIFORM, "schedule"),
+    "prediction_types": ({"prediction": "eps"}, None),
+    "batch_size": ({"batch_size": "{base}"}, None),
+    "consistency": (CONSTANT_BASE, None),
+    FLOW_GROUP: (FLOW_BASELINE, None),
+}
+
+#: Convergence claims are judged only when the baseline's FID fell by less than this fraction
+#: over the last third of its training (geometric mean over seeds; docs/methods.md §9.7).
+PLATEAU_DROP = 0.10
+
+
+def arm_of(run_id: str, seed: Any) -> str:
+    """The arm a run belongs to: its id without the ``_s<seed>`` component (runs of one arm
+    differ only in seed, so paired comparisons join arms on seed)."""
+    token = f"_s{seed}"
+    i = run_id.find(token + "_")
+    if i < 0 and run_id.endswith(token):
+        i = len(run_id) - len(token)
+    return run_id if i < 0 else run_id[:i] + run_id[i + len(token):]
+
+
+def _fid(metrics: pd.DataFrame, stage: str) -> pd.DataFrame:
+    fid = metrics[(metrics["stage"] == stage) & (metrics["metric"] == "fid")]
+    for tool in FID_TOOL_ORDER:
+        if (fid["tool"] == tool).any():
+            return fid[fid["tool"] == tool]
+    return fid
+
+
+def _in_group(df: pd.DataFrame, group: str) -> pd.DataFrame:
+    return df[df["groups"].fillna("").astype(str).str.split(";").apply(lambda gs: group in gs)]
+
+
+def select_arm(df: pd.DataFrame, selector: Mapping[str, Any]) -> list[str]:
+    """Arms of ``df`` whose rows match every ``column: value`` of ``selector``; the key ``arm~``
+    matches a substring of the arm id (for arms told apart by overrides, e.g. momentum decay)."""
+    mask = pd.Series(True, index=df.index)
+    for key, value in selector.items():
+        if key == "arm~":
+            mask &= df["arm"].astype(str).str.contains(str(value), regex=False)
+        elif key == "arm!~":  # one substring or a list of them, none may occur
+            for v in ([value] if isinstance(value, str) else value):
+                mask &= ~df["arm"].astype(str).str.contains(str(v), regex=False)
+        else:
+            mask &= df[key].astype(str) == str(value)
+    return sorted(df.loc[mask, "arm"].unique())
+
+
+def compare_group(metrics: pd.DataFrame, group: str, baseline: Mapping[str, Any]) -> dict[str, Any]:
+    """Paired comparisons of every arm of ``group`` against the arm matching ``baseline``.
+
+    :returns: ``{"group", "baseline", "seeds", "arms": {arm: {"n", "mean", "seeds"}}, "comparisons":
+        {arm: {"seeds", "n", "diff", "sd", "ci_low", "ci_high", "p", "p_adj", "detectable", "alpha",
+        "log": {...}, "speedup": {...}}}}``; ``comparisons`` is empty when the baseline arm is missing
+        or has no finished seed. Only seeds with a finite FID count (``seeds``, ``n``, ``mean``).
+        ``p_adj`` is Holm across the arms of this group, ``detectable`` at that level (``alpha`` =
+        0.05 / arms) and each comparison's ``verdict`` reads "reproduced" when the arm's final FID is
+        lower than the baseline's (interval below 0 and ``p_adj`` < 0.05), "contradicted" when higher.
+    """
+    final = _in_group(_fid(metrics, "final"), group)
+    out: dict[str, Any] = {"group": group, "baseline": None, "arms": {}, "comparisons": {}}
+    base_arms = select_arm(final, baseline) if len(final) else []
+    if len(base_arms) != 1:
+        out["note"] = f"baseline {dict(baseline)} matches {len(base_arms)} arms"
+        return out
+    base = out["baseline"] = base_arms[0]
+    finite = final[np.isfinite(final["value"].astype(float))]  # a failed score is missing data, not a value
+    by_arm = {arm: dict(zip(d["seed"].astype(int), d["value"].astype(float))) for arm, d in finite.groupby("arm")}
+    for arm, fids in sorted(by_arm.items()):
+        vals = list(fids.values())
+        out["arms"][arm] = {"n": len(vals), "mean": sum(vals) / len(vals), "seeds": sorted(fids)}
+    out["seeds"] = sorted(by_arm.get(base, {}))
+    if base not in by_arm:
+        return out
+    prog = _in_group(_fid(metrics, "progress"), group)
+    curves = {(arm, int(seed)): (d.sort_values("kimg")["kimg"].tolist(), d.sort_values("kimg")["value"].tolist())
+              for (arm, seed), d in prog.groupby(["arm", "seed"])} if len(prog) else {}
+    others = [arm for arm in sorted(by_arm) if arm != base]
+    alpha = ALPHA / max(1, len(others))  # the level the group's Holm verdict needs of its first comparison
+    stats = {}
+    for arm in others:
+        fids = by_arm[arm]
+        seeds = sorted(set(fids) & set(by_arm[base]))
+        b, a = [by_arm[base][s] for s in seeds], [fids[s] for s in seeds]
+        row = {"seeds": seeds, **paired(b, a, alpha=alpha).as_dict(), "log": paired(b, a, log=True, alpha=alpha).as_dict()}
+        # the level each seed's arm must reach is the baseline's FID at its *last progress point*
+        # (same sample count and protocol as the arm's curve), not its final FID
+        pairs = [(s, curves.get((base, s)), curves.get((arm, s))) for s in seeds]
+        pairs = [(s, bc, ac) for s, bc, ac in pairs if bc and ac]
+        if pairs:
+            row["speedup"] = speedup_dict(speedup([bc for _, bc, _ in pairs], [ac for _, _, ac in pairs],
+                                                  seeds=[s for s, _, _ in pairs]))
+        stats[arm] = row
+    for arm, p_adj in zip(stats, holm([r["p"] for r in stats.values()])):
+        stats[arm]["p_adj"] = p_adj
+        stats[arm]["verdict"] = verdict(stats[arm]["ci_low"], stats[arm]["ci_high"], BETTER, p_adj)
+    out["comparisons"] = stats
+    return out
+
+
+def speedup_dict(sp: Speedup) -> dict[str, Any]:
+    """A :class:`~timestep_lab.evidence.stats.Speedup` for JSON: value, interval, bounds, label, ``n`` (seeds
+    kept), ``sd_log`` (SD of the per-seed log ratios; NaN when censored or n < 2) and ``per_seed``
+    (every seed's level, kimg to reach it, ratio and censoring; dropped seeds with the reason)."""
+    logs = np.log(np.asarray(sp.per_seed, dtype=np.float64)) if sp.per_seed else np.array([])
+    sd_log = float(logs.std(ddof=1)) if logs.size >= 2 and not sp.bound else math.nan
+    return {"value": sp.value, "ci_low": sp.ci_low, "ci_high": sp.ci_high, "bound": sp.bound,
+            "kimg_bound": sp.kimg_bound, "label": sp.label(), "n": len(sp.per_seed), "sd_log": sd_log,
+            "per_seed": [r.as_dict() for r in sp.seeds]}
+
+
+def study_comparisons(metrics: pd.DataFrame, *, base_batch: int | None = None,
+                      baselines: Mapping[str, tuple[Mapping[str, Any], str | None]] | None = None
+                      ) -> dict[str, dict[str, Any]]:
+    """:func:`compare_group` for every group of ``metrics`` that has a baseline in ``baselines``.
+
+    Keyed by group, or ``"<group>/<column>=<value>"`` for a stratified group (each value of the
+    column compared on its own, e.g. ``schedules/schedule=cosine``). Groups without a known
+    baseline are left out; ``baselines`` defaults to :data:`GROUP_BASELINES`."""
+    baselines = GROUP_BASELINES if baselines is None else baselines
+    out: dict[str, dict[str, Any]] = {}
+    if not len(metrics) or "groups" not in metrics:
+        return out
+    present = sorted({g for gs in metrics["groups"].fillna("").astype(str) for g in gs.split(";") if g})
+    for group in present:
+        if group not in baselines:
+            continue
+        selector, column = baselines[group]
+        selector = _resolve(selector, _in_group(metrics, group), base_batch)
+        if column is None or column not in metrics:
+            out[group] = compare_group(metrics, group, selector)
+            continue
+        rows = _in_group(metrics, group)
+        for value in sorted(rows[column].dropna().astype(str).unique()):
+            sub = metrics[metrics[column].astype(str) == value]
+            out[f"{group}/{column}={value}"] = compare_group(sub, group, {**selector, column: value})
+    return out
+
+
+def interference_effect(analysis: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The slot-interference claim's effect from ``interference_control.json``
+    (:func:`timestep_lab.studies.interference.interference_vs_control`): the paired difference
+    over seeds of the mean off-diagonal relative loss change, slot fine-tune minus uniform control."""
+    if not analysis or not analysis.get("off_diagonal"):
+        return None
+    units = analysis["off_diagonal"].get("units") or "relative loss change of the other slots, slot fine-tune - control"
+    return {**analysis["off_diagonal"], "units": units}
+
+
+def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel") -> dict[str, Any] | None:
+    """The consistency claim's effect from ``consistency.json``: over the model pairs, the mean of
+    ``paired - unpaired`` sample distance (``space`` pixel or feature), with a 95% t-interval over
+    pairs (pairs share models, so the interval is optimistic; docs/methods.md §9.5)."""
+    test = ((analysis or {}).get(space) or {}).get("test")
+    if test and test.get("n"):  # the test over models (studies/consistency.py): n counts models, not pairs
+        return {**test, "units": f"{space} distance, paired - unpaired (jackknife over models)"}
+    pairs = [p for p in (analysis or {}).get("pairs", []) if p.get(space)]
+    if not pairs:
+        return None
+    res = paired([p[space]["unpaired"] for p in pairs], [p[space]["paired"] for p in pairs])
+    ratio = [p[space]["ratio"] for p in pairs if p[space].get("ratio") is not None]
+    return {**res.as_dict(), "p_adj": res.p, "units": f"{space} distance", "pairs": len(pairs),
+            "mean_ratio": sum(ratio) / len(ratio) if ratio else math.nan}
+
+
+def _resolve(selector: Mapping[str, Any], df: pd.DataFrame, base_batch: int | None) -> dict[str, Any]:
+    sizes = sorted({int(b) for b in df["batch_size"].dropna()}) if "batch_size" in df and len(df) else []
+    fill = {"{smallest}": sizes[0] if sizes else None, "{base}": base_batch}
+    return {k: fill.get(v, v) if isinstance(v, str) else v for k, v in selector.items()}
+
+
+def speedup_text(sp: Mapping[str, Any] | None) -> str | None:
+    """``"1.84x [1.21, 2.80] (5 seeds)"``, ``">3.00x (censored, 5 seeds)"``, ``"n/a: censored both
+    ways (2 seeds before the first point, 1 never; 5 seeds)"``; None without curves."""
+    if sp and sp.get("bound") == "both":
+        per = sp.get("per_seed") or []
+        early, never = (sum(r.get("censoring") == c for r in per) for c in ("early", "never"))
+        return f"n/a: censored both ways ({early} seed{'' if early == 1 else 's'} before the first point, " \
+               f"{never} never; {sp.get('n')} seeds)"
+    if not sp or sp.get("label") in (None, "n/a"):
+        return None
+    lo, hi = sp.get("ci_low"), sp.get("ci_high")
+    finite = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+    interval = f" [{lo:.2f}, {hi:.2f}]" if finite else ""
+    n = sp.get("n")
+    return f"{sp['label']}{interval} ({'censored, ' if sp.get('bound') else ''}{n} seed{'' if n == 1 else 's'})"
+
+
+def floor_record(floor: Mapping[str, Any] | None, tool: str | None = None) -> dict[str, Any] | None:
+    """The record of ``floor.json`` (format ``timestep_lab.floor/1``) for ``tool``, else the first
+    tool of :data:`FID_TOOL_ORDER` it has; None without a floor."""
+    records = (floor or {}).get("records") or []
+    for name in ([tool] if tool else []) + list(FID_TOOL_ORDER):
+        rec = next((r for r in records if r.get("tool") == name), None)
+        if rec:
+            return dict(rec)
+    return None
+
+
+def regime(metrics: pd.DataFrame, baseline_arm: str, seeds: Sequence[int], floor: Mapping[str, Any] | None = None
+           ) -> dict[str, Any]:
+    """How far the runs of a comparison trained (docs/methods.md §9.7).
+
+    ``baseline_fid``: the baseline arm's mean final FID over ``seeds`` (headline tool);
+    ``train_kimg``: its images seen; ``floor``: the held-out split's FID against the same reference
+    (:func:`floor_record`), ``floor_ratio`` = baseline_fid / floor; ``plateau``: per seed, the
+    baseline's FID at its last progress point over its FID at the point nearest 2/3 of the way,
+    geometric mean over seeds as ``drop`` = 1 - ratio; ``converged``: ``drop < PLATEAU_DROP``
+    (None without a progress curve), which decides whether a claim about convergence is judged.
+    """
+    final = _fid(metrics, "final")
+    final = final[(final["arm"] == baseline_arm) & final["seed"].astype(int).isin(list(seeds))]
+    vals = final["value"].astype(float)
+    tool = str(final["tool"].iloc[0]) if len(final) else None
+    out: dict[str, Any] = {"baseline_fid": float(vals[np.isfinite(vals)].mean()) if len(vals) else math.nan,
+                           "train_kimg": float(final["kimg"].max()) if len(final) else math.nan,
+                           "floor": floor_record(floor, tool), "plateau": None, "converged": None}
+    f = out["floor"]
+    out["floor_ratio"] = out["baseline_fid"] / f["value"] if f and f.get("value") else math.nan
+    prog = _fid(metrics, "progress")
+    prog = prog[(prog["arm"] == baseline_arm) & prog["seed"].astype(int).isin(list(seeds))]
+    ratios, spans = [], []
+    for _, d in prog.groupby("seed"):
+        d = d[np.isfinite(d["value"].astype(float)) & (d["value"].astype(float) > 0)].sort_values("kimg")
+        if len(d) < 2:
+            continue
+        last_k, last_f = float(d["kimg"].iloc[-1]), float(d["value"].iloc[-1])
+        earlier = d.iloc[:-1]
+        i = int(np.argmin(np.abs(earlier["kimg"].to_numpy(float) - 2 * last_k / 3)))
+        ratios.append(last_f / float(earlier["value"].iloc[i]))
+        spans.append((float(earlier["kimg"].iloc[i]), last_k))
+    if not ratios:
+        out["convergence_note"] = ("no progress curve for the baseline arm: whether its training has converged is "
+                                   "unknown, so a claim about the converged model is not judged")
+        return out
+    drop = 1.0 - float(np.exp(np.mean(np.log(ratios))))
+    out["plateau"] = {"from_kimg": spans[0][0], "to_kimg": spans[0][1], "drop": drop, "seeds": len(ratios),
+                      "threshold": PLATEAU_DROP}
+    out["converged"] = drop < PLATEAU_DROP
+    out["convergence_note"] = (
+        f"the baseline's FID fell {drop:.0%} over the last third of training ({spans[0][0]:g} -> {spans[0][1]:g} kimg, "
+        f"mean of {len(ratios)} seeds)" + (f", less than {PLATEAU_DROP:.0%}: judged as converged" if out["converged"]
+                                           else f", not under {PLATEAU_DROP:.0%}: a claim about the converged model is "
+                                                "not judged at this length"))
+    return out
+
+
+def _measured(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    """The claim's record with its measured effect (no verdict yet: :func:`judge_family` gives it)."""
+    rec = claim.record()
+    rec["arm_selector"], rec["baseline_selector"] = rec.pop("arm"), rec.pop("baseline")
+    row = {**rec, "paper": claim.paper, "claim": claim.statement, **extra}
+    if not effect or not effect.get("n"):
+        return row
+    row.update({k: effect.get(k, math.nan) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")})
+    row["units"] = effect.get("units") or ("final FID, arm - baseline" if claim.kind == "fid" else "")
+    if claim.kind == "fid" and effect.get("log"):
+        row["log"] = {k: effect["log"].get(k, math.nan) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")}
+    return row
+
+
+def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]] | None = None, *,
+                 base_batch: int | None = None, claims: Sequence[Claim] = CLAIMS,
+                 compare: Callable[..., dict[str, Any]] = compare_group,
+                 floor: Mapping[str, Any] | None = None, alpha: float = ALPHA) -> dict[str, Any]:
+    """Every claim measured and judged as one family.
+
+    ``analyses`` maps an analysis name to its measured effect dict; ``base_batch`` is the study's
+    base ``train.batch_size``; ``floor`` the study's ``floor.json``. Each FID claim reads the
+    paired comparison of its arm against its group's baseline (:func:`compare_group`), its
+    within-group Holm p as ``p_group``, its speed-up and its :func:`regime`.
+
+    :returns: :func:`timestep_lab.evidence.family.judge_family`'s ``{"family", "claims"}``, one row per claim
+        in ``claims`` order with every field of the claim's record.
+    """
+    analyses = analyses or {}
+    rows, cache = [], {}
+    for claim in claims:
+        if claim.kind == "analysis":
+            rows.append(_measured(claim, analyses.get(claim.analysis), test=f"analysis:{claim.analysis}"))
+            continue
+        final = _in_group(_fid(metrics, "final"), claim.group) if len(metrics) else metrics
+        if not len(final):
+            rows.append(_measured(claim, None))
+            continue
+        baseline = _resolve(claim.baseline, final, base_batch)
+        arms = select_arm(final, _resolve(claim.arm, final, base_batch))
+        key = (claim.group, repr(sorted(baseline.items())))
+        if key not in cache:
+            cache[key] = compare(metrics, claim.group, baseline)
+        comp = cache[key]["comparisons"]
+        arm = next((a for a in arms if a in comp), None)
+        effect = comp.get(arm) if arm else None
+        base = cache[key]["baseline"]
+        extra: dict[str, Any] = {"group": claim.group, "arm": arm, "baseline": base, "test": f"{claim.group}:{arm}:{base}"}
+        if effect:
+            sp = effect.get("speedup")
+            extra.update(p_group=effect.get("p_adj"), seeds=effect.get("seeds"), speedup=speedup_text(sp),
+                         speedup_detail=sp, regime=regime(metrics, base, effect.get("seeds") or [], floor))
+        rows.append(_measured(claim, effect, **extra))
+    return judge_family(rows, alpha=alpha)
