@@ -20,7 +20,7 @@ from timestep_lab.cost.estimate import load_plan
 from timestep_lab.rehearsal.needs import real_run_needs
 from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.rehearsal.scale import SIZES, rehearsal_study
-from timestep_lab.solvers import respaced_timesteps
+from timestep_lab.processes.solvers import respaced_timesteps
 from timestep_lab.studies.contribution import contribution_arms
 from timestep_lab.workflow import study_runs
 from worktree import ROOT
