@@ -45,6 +45,8 @@ def test_tests_on_the_cluster_or_the_studies_are_their_groups_collected_first(re
     items = request.session.items
     grouped = [item for item in items if uses_study_fixtures(item)]
     assert items[:len(grouped)] == grouped  # the long chains start first
+    slow = [item.get_closest_marker("slow") is not None for item in items[len(grouped):]]
+    assert slow == sorted(slow, reverse=True)  # then the slow tests: none of them handed out last
     assert [study_group(item) for item in grouped] == sorted((study_group(i) for i in grouped), key=GROUP_ORDER.index)
     loadgroup = getattr(request.config.option, "loadgroup", False)
     for item in items:

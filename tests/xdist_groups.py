@@ -6,7 +6,8 @@ uses one of them, directly or through another fixture, joins its xdist group (on
 worker): ``study`` for the cluster and the paper-config rehearsal run through it (the suite's
 longest chain: the rehearsal through SLURM, the tests on its results, the scancel test), ``smoke``
 for the smoke study run locally. The groups come first in the collection, the longest first, so
-the two workers start one each and then share everything else. A test never needs the mark by
+the two workers start one each and then share everything else, the tests marked ``slow``
+first. A test never needs the mark by
 hand: the fixture closure decides.
 
 Light on purpose (pytest only): conftest.py imports the hook from here, and
@@ -59,7 +60,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
     first = [item for group in GROUP_ORDER for item in items if groups[item] == group]
     grouped = set(map(id, first))
-    items[:] = first + [item for item in items if id(item) not in grouped]  # stable within each part
+    rest = [item for item in items if id(item) not in grouped]
+    # then the slow tests (minutes: the local paper rehearsals), then the rest: a long test handed
+    # out last would keep one worker busy after the other has finished everything
+    rest.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable within each part
+    items[:] = first + rest
     result = yield
     # after xdist's: loadgroup passes a test's group to the scheduler as a node-id suffix, which
     # pytest-xdist 3.8.0 writes to Node._nodeid, a field pytest 9.2 no longer reads (node ids are
