@@ -350,3 +350,16 @@ def test_a_job_that_cannot_become_the_request_fails_with_its_reason(probe_server
                        capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "exit 1" and "FileNotFoundError" in r.stderr, (r.stdout, r.stderr)
     assert _run(["timestep_lab", "exit", "0"], probe_server.socket).returncode == 0
+
+
+def test_the_preload_holds_what_training_and_scoring_import_inside_functions(tmp_path):
+    """A forked job should import nothing heavy itself: the event writers of every training and
+    progress job (TensorBoard's, 0.1-0.2 CPU-s a job) come with the server's preload."""
+    code = ("import sys; from timestep_lab.warmstart.server import preload; preload(); before = set(sys.modules)\n"
+            "from timestep_lab.artifacts.events import RunEvents, fid_events\n"
+            f"RunEvents({str(tmp_path / 'a')!r}, batch_size=4, num_timesteps=10, resume_nimg=None).close()\n"
+            f"fid_events({str(tmp_path / 'b')!r}).close()\n"
+            "print(' '.join(sorted(m for m in set(sys.modules) - before if not m.startswith('timestep_lab'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not [m for m in r.stdout.split() if "tensorboard" in m], r.stdout

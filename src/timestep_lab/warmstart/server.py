@@ -51,9 +51,10 @@ USAGE_NAME = "warm-start server"
 
 #: imported before the first fork, besides every timestep_lab module: what the commands import
 #: inside functions (measured: an adaptive-sampler training job imported sklearn, 1.2 CPU-s; a
-#: scoring job clean-fid's fid module and requests)
+#: scoring job clean-fid's fid module and requests; every training and progress job TensorBoard's
+#: writer, 0.1-0.2 CPU-s each, ~20 CPU-s of the default study)
 PRELOAD = ("torch", "torchvision", "torch_fidelity", "cleanfid", "cleanfid.fid", "requests", "scipy.linalg",
-           "scipy.stats", "pandas", "sklearn.datasets", "sklearn.feature_selection")
+           "scipy.stats", "pandas", "sklearn.datasets", "sklearn.feature_selection", "torch.utils.tensorboard")
 
 
 def preload(modules: tuple[str, ...] = PRELOAD, package: str = "timestep_lab") -> list[str]:
