@@ -52,7 +52,8 @@ def test_paper_rehearsal_through_slurm(slurm_cluster, cluster_rehearsal):
     for _, slurm_log in submitted:
         assert Path(slurm_log).is_file(), slurm_log
     # every training job went in a bundle with its run config (conftest.REHEARSAL_GROUPS)
-    assert (study.root / ".snakemake" / "slurm_logs" / "group_trn").is_dir()
+    logs = study.root / ".snakemake" / "slurm_logs"  # a group job's folder: group_<group>_<its rules>
+    assert [p.name for p in logs.glob("group_trn_*")] == ["group_trn_run_config_train"], sorted(logs.iterdir())
     assert not (study.root / ".snakemake" / "slurm_logs" / "rule_train").exists()
     jobs = {j["id"]: j for j in slurm_cluster.squeue("--name", run_id(study.log))}
     ids = {jid for jid, _ in submitted}

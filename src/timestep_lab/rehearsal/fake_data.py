@@ -19,6 +19,7 @@ how the data are prepared or used.
 
 from __future__ import annotations
 
+import gzip
 import io
 import struct
 import tarfile
@@ -123,7 +124,10 @@ def write_cifar10(dest: Path, train_images: int, test_images: int, seed: int = 0
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".cifar-") as tmp:
         folder = write_cifar10_folder(Path(tmp), train_images, test_images, seed)
         part = Path(tmp) / dest.name
-        with tarfile.open(part, "w:gz") as tar:
+        # gzip's header holds a time too ("w:gz" writes now's): mtime 0 there as in every member,
+        # so the same bytes every time (a second apart, the files differed in header byte 4)
+        with open(part, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz, \
+                tarfile.open(fileobj=gz, mode="w") as tar:
             for name in ["batches.meta", *CIFAR10_BATCHES]:
                 info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
                 data = (folder / name).read_bytes()
