@@ -150,29 +150,9 @@ SLURM_SMOKE_GROUPS = [
 ]
 
 
-# The rehearsal bundles more (each SLURM job costs two snakemake starts, ~5 CPU-s, before its own
-# command; one job per rule instance made ~73 of them, 13 minutes of a 2-core CI machine): its
-# training jobs with their run configs (38 -> 4 SLURM jobs), the per-run evaluations in bigger
-# bundles, and the reference's analyses together, ~22 SLURM jobs in all. The training jobs can be
-# grouped here only because the rehearsal's reference is pretrained: with a trained reference
-# (`profile_losses` -> `slots` -> a fine-tune's `run_config`, outside the group, between two
-# training jobs) a bundle could depend on itself. Training as one SLURM job each, as a GPU study
-# runs it, is what the scancel and time-limit tests submit.
-REHEARSAL_GROUPS = ["train=trn", "run_config=trn", "reference_stats=analysis", "floor=analysis",
-                    "contribution=analysis", "profile_predictions=analysis"]
-REHEARSAL_COMPONENTS = ["eval=12", "progress=11", "trn=10", "analysis=4"]
-SLURM_REHEARSAL_GROUPS = [
-    "--groups", *cluster_profile_option("groups"), *CPU_STUDY_GROUPS, *REHEARSAL_GROUPS,
-    "--group-components", *cluster_profile_option("group-components"), *REHEARSAL_COMPONENTS,
-    "--cores", "1",
-]
-
-
-def slurm_args(cluster=None, groups: bool = True, rehearsal: bool = False) -> list[str]:
-    """``--profile cluster`` and the test-only options (with the group jobs; ``rehearsal``: a
-    paper config's rehearsal, whose reference is pretrained, with its training jobs grouped too)."""
-    grouping = (SLURM_REHEARSAL_GROUPS if rehearsal else SLURM_SMOKE_GROUPS) if groups else []
-    return ["--profile", "cluster", *SLURM_TEST_ARGS, *grouping]
+def slurm_args(cluster=None, groups: bool = True) -> list[str]:
+    """``--profile cluster`` and the test-only options (with the group jobs)."""
+    return ["--profile", "cluster", *SLURM_TEST_ARGS, *(SLURM_SMOKE_GROUPS if groups else [])]
 
 
 
@@ -298,7 +278,7 @@ def cluster_rehearsal(request, tmp_path_factory) -> StudyRun:
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     args = ["--configfile", f"rehearsal/{CLUSTER_REHEARSAL}/config.yaml"]
     if cluster is not None:
-        args += slurm_args(cluster, rehearsal=True)
+        args += slurm_args(cluster)
     if prepare.returncode != 0:
         rc, log, seconds = prepare.returncode, prepare.stdout, 0.0
     else:
