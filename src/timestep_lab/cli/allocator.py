@@ -21,7 +21,6 @@ macOS) this does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 __all__ = ["keep_freed_memory", "M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
 
@@ -36,11 +35,8 @@ TRIM_THRESHOLD = 1 << 30
 def keep_freed_memory() -> bool:
     """Set glibc's mmap and trim thresholds (module docstring); True if both were set, False
     where the C library is not glibc or refuses them."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)  # the process's own symbols, libc's among them (find_library runs ldconfig)
         mallopt = libc.mallopt
         libc.gnu_get_libc_version  # noqa: B018 - glibc only: another libc's mallopt takes other values
     except (OSError, AttributeError):
