@@ -21,6 +21,7 @@ from timestep_lab.metrics import extractors as metrics  # the module whose weigh
 from timestep_lab.metrics import (
     CF_INCEPTION_FILE, TF_INCEPTION_FILE, WeightsMissingError, evaluate_samples, frechet_distance, load_reference,
 )
+from timestep_lab.metrics.fid import clean_fid_frechet
 from timestep_lab.metrics.floor import _bootstrap
 from timestep_lab.artifacts.samples_file import save_samples
 
@@ -38,6 +39,32 @@ def one_thread():
 
 
 # ------------------------------------------------------------------------------ Fréchet distance
+
+
+def test_clean_fid_frechet_under_a_scipy_without_sqrtm_disp(monkeypatch):
+    """SciPy 1.18 removed sqrtm's ``disp``, which clean-fid 0.1.35 passes (the first smoke study on a
+    GPU image failed there): the stand-in gives the library's number, and calls the library otherwise."""
+    from cleanfid import fid as cfid
+    from scipy import linalg
+
+    rng = np.random.default_rng(3)
+    d = 8
+    s1, s2 = (np.cov(rng.normal(size=(40, d)) @ rng.normal(size=(d, d)), rowvar=False) for _ in range(2))
+    mu1, mu2 = rng.normal(size=d), rng.normal(size=d)
+    library = float(cfid.frechet_distance(mu1, s1, mu2, s2))
+    assert clean_fid_frechet(mu1, s1, mu2, s2) == library  # the library itself where disp exists
+    real_sqrtm = linalg.sqrtm
+
+    def sqrtm_118(a):  # SciPy >= 1.18: no disp, returns the root alone
+        return real_sqrtm(a)
+
+    monkeypatch.setattr(linalg, "sqrtm", sqrtm_118)
+    with pytest.raises(TypeError, match="disp"):
+        cfid.frechet_distance(mu1, s1, mu2, s2)  # what every clean-fid score did before
+    assert clean_fid_frechet(mu1, s1, mu2, s2) == pytest.approx(library, rel=1e-12)
+    assert clean_fid_frechet(mu1, s1, mu2, s2) == pytest.approx(frechet_distance(mu1, s1, mu2, s2), rel=1e-8)
+    with pytest.raises(ValueError, match="shape"):
+        clean_fid_frechet(mu1[:3], s1, mu2, s2)
 
 
 def test_frechet_distance_matches_closed_form_for_gaussians():

@@ -12,7 +12,8 @@ against reference statistics that are never recomputed, and no global cache is t
   raises if torch-fidelity ever tries to read reference images, so a change of its cache layout
   fails loudly instead of silently recomputing.
 * clean-fid: the samples go to a temp folder of ``.npy`` files and through
-  ``cleanfid.fid.get_folder_features``; ``cleanfid.fid.frechet_distance`` and
+  ``cleanfid.fid.get_folder_features``; ``cleanfid.fid.frechet_distance`` (through
+  :func:`clean_fid_frechet`, which stands in for it under SciPy >= 1.18) and
   ``cleanfid.fid.kernel_distance`` score them against ``cf_mu/cf_sigma/cf_features`` -- the same
   steps as ``compute_fid``'s folder-vs-statistics mode, whose statistics would otherwise have to
   live inside clean-fid's package folder (``make_custom_stats``). ``compute_kid`` cannot take a
@@ -42,7 +43,7 @@ from timestep_lab.config import EvalConfig
 from timestep_lab.metrics.features import load_feature_net
 from timestep_lab.metrics.extractors import CleanFidTrainedCNN, FeatureExtractorSpec, _Images, keep_pixels, is_feature_net
 
-__all__ = ["TF_CACHE_NAME", "PRC_NEIGHBORHOOD", "ReferenceStats", "frechet_distance", "tool_versions", "tf_features",
+__all__ = ["TF_CACHE_NAME", "PRC_NEIGHBORHOOD", "ReferenceStats", "clean_fid_frechet", "frechet_distance", "tool_versions", "tf_features",
            "cf_features", "torch_fidelity_metrics", "clean_fid_metrics"]
 
 TF_CACHE_NAME = "reference"  # torch-fidelity input2_cache_name inside the per-call temp cache
@@ -93,6 +94,40 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     tr_covmean = np.sqrt(np.clip(np.linalg.eigvalsh((m + m.T) / 2), 0, None)).sum()
     diff = mu1 - mu2
     return float(diff @ diff + np.trace(s1) + np.trace(s2) - 2.0 * tr_covmean)
+
+
+def clean_fid_frechet(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray) -> float:
+    """clean-fid's Fréchet distance (``cleanfid.fid.frechet_distance``; ``mu`` [D], ``sigma`` [D, D]).
+
+    clean-fid 0.1.35, its newest release, calls ``scipy.linalg.sqrtm(..., disp=False)``, an
+    argument SciPy 1.18 removed (deprecated in 1.16): with a newer SciPy than our lock pins, as on
+    the GPU image where the smoke study first ran on CUDA, every clean-fid score raised TypeError.
+    There this runs clean-fid's same steps with ``sqrtm(A)``, which returns the root alone in
+    every SciPy version: the root of ``sigma1 sigma2`` (with ``1e-6`` added to both diagonals when
+    it is not finite), its real part when the imaginary part of its diagonal is under ``1e-3``,
+    then ``|mu1 - mu2|^2 + tr(sigma1) + tr(sigma2) - 2 tr(root)``. Same number as the library's
+    on the same SciPy.
+    """
+    import inspect
+
+    from cleanfid import fid as cfid
+    from scipy import linalg
+
+    if "disp" in inspect.signature(linalg.sqrtm).parameters:
+        return float(cfid.frechet_distance(mu1, sigma1, mu2, sigma2))
+    mu1, mu2, sigma1, sigma2 = np.atleast_1d(mu1), np.atleast_1d(mu2), np.atleast_2d(sigma1), np.atleast_2d(sigma2)
+    if mu1.shape != mu2.shape or sigma1.shape != sigma2.shape:
+        raise ValueError(f"shape mismatch: mu {mu1.shape} vs {mu2.shape}, sigma {sigma1.shape} vs {sigma2.shape}")
+    root = linalg.sqrtm(sigma1.dot(sigma2))
+    if not np.isfinite(root).all():  # nearly singular product: clean-fid's offset
+        offset = np.eye(sigma1.shape[0]) * 1e-6
+        root = linalg.sqrtm((sigma1 + offset).dot(sigma2 + offset))
+    if np.iscomplexobj(root):
+        if not np.allclose(np.diagonal(root).imag, 0, atol=1e-3):
+            raise ValueError(f"Imaginary component {np.max(np.abs(root.imag))}")
+        root = root.real
+    diff = mu1 - mu2
+    return float(diff.dot(diff) + np.trace(sigma1) + np.trace(sigma2) - 2 * np.trace(root))
 
 
 # ------------------------------------------------------------------------------ torch-fidelity
@@ -209,7 +244,7 @@ def clean_fid_metrics(images: np.ndarray, ref: ReferenceStats, spec: FeatureExtr
 
     feats = cf_features(images, spec, device, cfg.batch_size)
     mu, sigma = np.mean(feats, axis=0), np.cov(feats, rowvar=False)
-    res = {"fid": float(cfid.frechet_distance(mu, sigma, ref.arrays["cf_mu"], ref.arrays["cf_sigma"]))}
+    res = {"fid": clean_fid_frechet(mu, sigma, ref.arrays["cf_mu"], ref.arrays["cf_sigma"])}
     if cfg.kid and min(len(feats), ref.count) >= 2:
         with _numpy_seed(cfg.kid_seed):
             res["kid_mean"] = float(cfid.kernel_distance(ref.arrays["cf_features"], feats, num_subsets=cfg.kid_subsets,

@@ -41,7 +41,7 @@ import torch
 from timestep_lab.config import EvalConfig
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import LABELS, to_extractor_input
-from timestep_lab.metrics.fid import cf_features, frechet_distance, tf_features, tool_versions
+from timestep_lab.metrics.fid import cf_features, clean_fid_frechet, frechet_distance, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference, reference_subset
 from timestep_lab.metrics.score import scoring_spec
@@ -62,10 +62,8 @@ def _tool_fid(tool: str, feats: np.ndarray, ref: Reference) -> float:
         stats = fid_features_to_statistics(torch.from_numpy(feats))
         ref_stats = {"mu": ref.arrays["tf_mu"], "sigma": ref.arrays["tf_sigma"]}
         return float(fid_statistics_to_metric(stats, ref_stats, False)[torch_fidelity.KEY_METRIC_FID])
-    from cleanfid import fid as cfid
-
-    return float(cfid.frechet_distance(np.mean(feats, axis=0), np.cov(feats, rowvar=False),
-                                       ref.arrays["cf_mu"], ref.arrays["cf_sigma"]))
+    return clean_fid_frechet(np.mean(feats, axis=0), np.cov(feats, rowvar=False), ref.arrays["cf_mu"],
+                             ref.arrays["cf_sigma"])
 
 
 def _bootstrap(feats: np.ndarray, value: float, mu: np.ndarray, sigma: np.ndarray, replicates: int,

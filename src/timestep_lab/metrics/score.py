@@ -25,7 +25,7 @@ from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import (
     LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input, is_feature_net,
 )
-from timestep_lab.metrics.fid import clean_fid_metrics, tf_features, tool_versions, torch_fidelity_metrics
+from timestep_lab.metrics.fid import clean_fid_frechet, clean_fid_metrics, tf_features, tool_versions, torch_fidelity_metrics
 from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference
 from timestep_lab.artifacts.samples_file import load_samples
@@ -176,8 +176,6 @@ def bootstrap_fid(features: dict[str, np.ndarray], reference: str | Path | Refer
     :returns: ``{"replicates", "seed", "level", "fid": {name: {"value", "ci": [lo, hi], "sd"}},
         "diff": {"a-b": {"value", "ci", "sd"}} for every ordered pair (a, b) of names}``.
     """
-    from cleanfid.fid import frechet_distance  # clean-fid's own Fréchet distance: the library computes it
-
     ref = load_reference(reference) if isinstance(reference, (str, Path)) else reference  # or anything with arrays
     mu_r, sigma_r = np.asarray(ref.arrays["tf_mu"], np.float64), np.asarray(ref.arrays["tf_sigma"], np.float64)
     names = list(features)
@@ -187,7 +185,7 @@ def bootstrap_fid(features: dict[str, np.ndarray], reference: str | Path | Refer
     n_samples = n.pop()
 
     def fid(f: np.ndarray) -> float:
-        return float(frechet_distance(f.mean(0), np.cov(f, rowvar=False), mu_r, sigma_r))
+        return clean_fid_frechet(f.mean(0), np.cov(f, rowvar=False), mu_r, sigma_r)  # clean-fid's own
 
     full = {k: fid(features[k]) for k in names}
     rng = np.random.default_rng(seed)
