@@ -3,6 +3,7 @@
 #
 #   bash benchmarks/gpu_suite.sh                 # on the GPU machine, from the repo root; ~15-20 min on an H100
 #   bash benchmarks/gpu_suite.sh --dry-run       # on a CPU: tiny sizes, checks that every step starts
+#   FAST=1 bash benchmarks/gpu_suite.sh          # one <= 10-minute device call: fewer rounds, tighter limits
 #
 # Writes to $OUT (default ./gpu-suite-out), at most 4 files so the device tool brings all back:
 #   summary.md          a section for benchmarks/RESULTS.md (images/s, ratios, MFU, FID-50K time, smoke)
@@ -35,6 +36,7 @@ LOG=$OUT/suite.log
 if [ -d .whl ] && ls .whl/*.whl > /dev/null 2>&1; then  # wheels carried to a machine without network
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         >> "$LOG" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    export JUPYTER_PATH=/tmp/site/share/jupyter  # nbconvert's templates: a --target install puts them there
 fi
 export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 if ! command -v python > /dev/null 2>&1; then  # the workflow's shell commands call `python -m timestep_lab`
@@ -45,6 +47,20 @@ if [ $DRY = 1 ]; then
     DEV=cpu; MODEL=digits; Q=--quick; N=8; DDPM_STEPS=4; LIM=300
 else
     DEV=cuda; MODEL=cifar10; Q=; N=1000; DDPM_STEPS=${DDPM_STEPS:-250}; LIM=540
+fi
+# per-step limits (s) and sizes; FAST=1 fits the whole suite in one 10-minute device call (a lease of
+# 15 minutes of device time, start included): 3 rounds, one compiled DDPM variant, no NCHW compile
+L_TRAIN=$LIM; L_OVER=$((LIM / 2)); L_DDIM=$((LIM / 2)); L_DDPM=$((LIM / 2)); L_FID=120; L_SMOKE=$LIM
+TV_ARGS=(); SO_ARGS=()
+if [ "${FAST:-0}" = 1 ] && [ $DRY = 0 ]; then
+    # measured on an H200 (benchmarks/RESULTS.md): train_variants 167 s, sampler_overhead 63 s, DDIM-50 17 s,
+    # DDPM-100 28 s, fid50k 9 s, the smoke study 84 s; the plain fp32 sampling loop takes ~0.15 s per call at
+    # batch 1,000, hence batch 500
+    L_TRAIN=210; L_OVER=90; L_DDIM=60; L_DDPM=60; L_FID=40; L_SMOKE=150
+    TV_ARGS=(--rounds 3 --warmup 3 --variants reference-fp32 ours-fp32 ours-bf16 ours-bf16-cl ours-bf16-compile-cl
+             flow-bf16-cl flow-bf16-compile-cl diffusers-fp32 diffusers-bf16)
+    SO_ARGS=(--rounds 2 --steps 40)
+    N=500; DDPM_STEPS=${DDPM_STEPS:-100}; DDIM_ROUNDS=1
 fi
 
 step() {  # step NAME LIMIT_S COMMAND...: run, log, record the exit status
@@ -57,19 +73,21 @@ step() {  # step NAME LIMIT_S COMMAND...: run, log, record the exit status
     cat "$WORK/$name.log" >> "$LOG"
     echo "=== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$LOG"
     echo "$name $rc $((SECONDS - t0))" >> "$WORK/status.txt"
+    tar -czf "$OUT/suite.tar.gz" -C "$WORK" --exclude=bin . 2>> "$LOG"  # what is done so far comes back even if cut
 }
 
 { date; nvidia-smi 2>&1 | head -15; $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } \
     >> "$LOG" 2>&1
 
-step train_variants "$LIM" $PY benchmarks/train_variants.py --device $DEV --model $MODEL $Q --json "$WORK/train_variants.json"
-step sampler_overhead $((LIM / 2)) $PY benchmarks/sampler_overhead.py --device $DEV --model $MODEL $Q \
+step train_variants "$L_TRAIN" $PY benchmarks/train_variants.py --device $DEV --model $MODEL $Q "${TV_ARGS[@]}" \
+    --json "$WORK/train_variants.json"
+step sampler_overhead "$L_OVER" $PY benchmarks/sampler_overhead.py --device $DEV --model $MODEL $Q "${SO_ARGS[@]}" \
     --samplers uniform adaptive --json "$WORK/sampler_overhead.json"
-step sample_ddim50 $((LIM / 2)) $PY benchmarks/sample_throughput.py --device $DEV --model $MODEL $Q --n $N --steps 50 \
-    --methods ddim --rounds 3 --json "$WORK/sample_ddim50.json"
-step sample_ddpm $((LIM / 2)) $PY benchmarks/sample_throughput.py --device $DEV --model $MODEL $Q --n $N \
+step sample_ddim50 "$L_DDIM" $PY benchmarks/sample_throughput.py --device $DEV --model $MODEL $Q --n $N --steps 50 \
+    --methods ddim --rounds "${DDIM_ROUNDS:-3}" --json "$WORK/sample_ddim50.json"
+step sample_ddpm "$L_DDPM" $PY benchmarks/sample_throughput.py --device $DEV --model $MODEL $Q --n $N \
     --steps "$DDPM_STEPS" --methods ddpm --rounds 1 --json "$WORK/sample_ddpm.json"
-step fid50k 120 $PY benchmarks/fid50k_time.py --device $DEV $Q --sample-json "$WORK/sample_ddpm.json" --steps 1000 \
+step fid50k "$L_FID" $PY benchmarks/fid50k_time.py --device $DEV $Q --sample-json "$WORK/sample_ddpm.json" --steps 1000 \
     --json "$WORK/fid50k.json"
 
 # 5: the smoke study on the GPU (the cluster profile's path, less SLURM)
@@ -85,7 +103,7 @@ EOF
     if [ $DRY = 1 ]; then
         step smoke 120 $PY -m snakemake -n --cores 2 --configfile "$WORK/smoke-cuda.yaml" --replace-workflow-config
     else
-        step smoke "$LIM" $PY -m snakemake --cores 16 --configfile "$WORK/smoke-cuda.yaml" --replace-workflow-config
+        step smoke "$L_SMOKE" $PY -m snakemake --cores 16 --configfile "$WORK/smoke-cuda.yaml" --replace-workflow-config
     fi
     n=$(ls reports/smoke-cuda/*.html 2>/dev/null | wc -l)
     grep -q "^smoke 0 " "$WORK/status.txt" && s="ok" || s="FAILED (see suite.log)"

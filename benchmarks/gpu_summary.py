@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 CIFAR10_KEY = "unet-35.75M@32x32x3"  # timestep_lab.cost.estimate NetworkCost.key of DDPM's CIFAR-10 UNet
+INCEPTION_FLOPS = 11.43e9  # Inception-v3 at 299x299, timestep_lab.cost.estimate.flops.extractor_flops("inception-v3")
 
 
 def _load(work: Path, name: str) -> dict | None:
@@ -54,7 +55,8 @@ def summarise(work: Path) -> tuple[str, list[dict]]:
         for variant, precision in (("ours-bf16-compile-cl", "bf16"), ("ours-fp32", "fp32")):
             if variant in tv["images_per_s"] and tv["model"] == "cifar10" and dev != "?":
                 rows.append({"model": CIFAR10_KEY, "device": dev, "precision": precision, "work": "train",
-                             "images_per_s": round(tv["images_per_s"][variant], 1), "measured": today,
+                             "step": "train", "images_per_s": round(tv["images_per_s"][variant], 1),
+                             "flops_per_image": round(tv["flops_per_step"] / tv["batch"], -7), "measured": today,
                              "source": f"benchmarks/gpu_suite.sh: train_variants.py {variant}, batch {tv['batch']}"})
     else:
         md += ["Training step: not measured", ""]
@@ -71,8 +73,14 @@ def summarise(work: Path) -> tuple[str, list[dict]]:
             if s["model"] != "cifar10" or dev == "?":
                 continue
             rows.append({"model": CIFAR10_KEY, "device": dev, "precision": "bf16", "work": "forward",
-                         "images_per_s": round(ips * s["steps"], 1), "measured": today,
+                         "step": "sample", "images_per_s": round(ips * s["steps"], 1),
+                         "flops_per_image": round(tv["flops_per_step"] / tv["batch"] / 3, -7) if tv else None,
+                         "measured": today,
                          "source": f"benchmarks/gpu_suite.sh: sample_throughput.py {method}, batch {s['n']}"})
+    if fid and "feature_images_per_s" in fid and dev != "?":
+        rows.append({"model": "inception-v3", "device": dev, "precision": "fp32", "work": "forward", "step": "features",
+                     "images_per_s": round(fid["feature_images_per_s"], 1), "flops_per_image": INCEPTION_FLOPS,
+                     "measured": today, "source": "benchmarks/gpu_suite.sh: fid50k_time.py, Inception-v3 features"})
     if fid and "fid50k_s" in fid:
         md += ["", f"One FID-50K ({fid['sample_method']}-{fid['sample_steps']}): {fid['fid50k_s'] / 3600:.2f} h "
                    f"(Inception features {fid['feature_images_per_s']:.0f} images/s per tool)"]

@@ -11,6 +11,9 @@ Variants (same data, same batch, each trains its own copy of the network):
 ``ours-bf16-cl``       + channels_last
 ``ours-bf16-compile``  bf16 + ``torch.compile`` (NCHW)
 ``ours-bf16-compile-cl``  bf16 + compile + channels_last: what ``train()`` runs on CUDA by default
+``flow-bf16-cl`` / ``flow-bf16-compile-cl``  the same network trained on the flow-matching objective
+                       (``diffusion.kind=flow``, velocity target, logit-normal t): the objective's own
+                       cost beside the DDPM step's
 ``diffusers-fp32`` / ``diffusers-bf16``  DDPM's CIFAR-10 configuration built as diffusers'
                        ``UNet2DModel`` (``google/ddpm-cifar10-32``'s config.json) under the reference
                        loop (bf16: the same loop inside autocast): a peer implementation
@@ -46,7 +49,10 @@ OURS = {  # name -> (precision, channels_last, compile)
     "ours-bf16-cl": ("bf16", True, False),
     "ours-bf16-compile": ("bf16", False, True),
     "ours-bf16-compile-cl": ("bf16", True, True),
+    "flow-bf16-cl": ("bf16", True, False),
+    "flow-bf16-compile-cl": ("bf16", True, True),
 }
+FLOW = {"diffusion": {"kind": "flow", "prediction": "v"}, "timesteps": {"name": "logit_normal"}}
 DDPM_CIFAR10_DIFFUSERS = dict(  # google/ddpm-cifar10-32 config.json
     sample_size=32, in_channels=3, out_channels=3, layers_per_block=2, block_out_channels=(128, 256, 256, 256),
     down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
@@ -119,6 +125,8 @@ def main(argv: list[str] | None = None) -> dict:
         data = synthetic_prepared(Path(tmp) / "data", n_images, size, channels)
         images = torch.from_numpy(np.array(PreparedData(data).images)).permute(0, 3, 1, 2).contiguous()
         base = our_config(data, args.model, args.batch, args.device, False, "uniform")
+        flow = dataclasses.replace(base, diffusion=dataclasses.replace(base.diffusion, **FLOW["diffusion"]),
+                                   timesteps=dataclasses.replace(base.timesteps, **FLOW["timesteps"]))
         steps: dict = {}
         for name in names:
             t0 = time.perf_counter()
@@ -133,8 +141,9 @@ def main(argv: list[str] | None = None) -> dict:
                     precision, cl, comp = OURS[name]
                     if device.type == "cpu" and (comp and not args.compile_on_cpu or precision == "bf16" and cl):
                         raise RuntimeError("skipped on a CPU (compile: minutes; channels_last: no CPU effect)")
-                    train = dataclasses.replace(base.train, precision=precision, channels_last=cl, compile=comp)
-                    fn = build_train_step(dataclasses.replace(base, train=train)).step
+                    cfg = flow if name.startswith("flow") else base
+                    train = dataclasses.replace(cfg.train, precision=precision, channels_last=cl, compile=comp)
+                    fn = build_train_step(dataclasses.replace(cfg, train=train)).step
                 for _ in range(args.warmup * (4 if "compile" in name else 1)):
                     fn()
                 sync(device)
