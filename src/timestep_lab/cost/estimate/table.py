@@ -212,6 +212,11 @@ def format_table(est: Estimate) -> str:
                    f"{share:.1%} of the FLOPs")
     if est.advice is not None:
         out += format_advice(est.advice)
+    bases = dict.fromkeys(b for r in est.rows for b in r.basis.split("; ") if b and not b.startswith("fit"))
+    if bases and dev.gpu:  # say what the GPU-hours rest on: measured throughput, published figures or assumptions
+        why = (" (measured MFU: our code's utilisation measured on a GPU, benchmarks/RESULTS.md; the ranges run "
+               "to the published figures)") if any("measured MFU" in b for b in bases) else ""
+        out.append(f"central figures per step kind: {', '.join(bases)}{why}")
     kind = "GPU-hours" if dev.gpu else "CPU-s (no GPU-hours)" if u.seconds else "CPU-core-hours (no GPU-hours)"
     out.append(f"total: {u.hours(est.gpu_hours)} {kind} on {dev.name} "
                f"(range {u.range(est.low_hours, est.high_hours)})")

@@ -6,10 +6,17 @@ For one kind of work on one device, in this order:
    precision x work), with the date and the ``benchmarks/RESULTS.md`` section it is reported
    in. To add one: run ``benchmarks/gpu_suite.sh`` on the GPU and copy the rows it prints
    (``estimate_rows.txt``) here;
-2. on a GPU, the published anchors of that step kind (:mod:`anchors`), each carried to our
-   network and device by FLOPs and peak; the range is the slowest to the fastest of them and
-   the central figure their median (the geometric mean of the middle two when even);
-3. else FLOPs at an *assumed* model-FLOPs utilisation (MFU) of the device's dense peak, labelled
+2. on a GPU, the *measured MFU* of that step kind and precision: a GPU row of :data:`MEASURED`
+   (our own code, ``benchmarks/gpu_suite.sh``) gives a model-FLOPs utilisation, ``images/s x
+   FLOPs per image / the card's dense peak``, which is carried to this network and card by FLOPs
+   and peak (an H100 and an H200 share one peak, so the H200's rows price an H100 at the same
+   images/s). The range runs to the published anchors (3.) where they are slower or faster, else
+   half to twice the figure. Labelled "measured MFU";
+3. on a GPU with no measured row of the step kind, the published anchors of that step kind
+   (:mod:`anchors`), each carried to our network and device by FLOPs and peak; the range is the
+   slowest to the fastest of them and the central figure their median (the geometric mean of the
+   middle two when even);
+4. else FLOPs at an *assumed* model-FLOPs utilisation (MFU) of the device's dense peak, labelled
    "assumed MFU 30%", with a range of half to twice that figure.
 
 ``work`` is ``train`` (one forward + backward per image, optimizer included) or ``forward`` (one
@@ -85,7 +92,25 @@ MEASURED: list[dict] = [
      "measured": "2026-11-25",
      "source": "benchmarks/RESULTS.md (CPU, mnist): `train-features --extractor mnist-cnn`, 15 epochs of 4,000 "
                "images in 38.4 CPU-s, 1 thread"},
-    # GPU rows: none measured yet (no GPU in any session so far); see benchmarks/gpu_suite.sh
+    # GPU rows (benchmarks/gpu_suite.sh on a lent H200, benchmarks/RESULTS.md "GPU suite, NVIDIA H200"): each
+    # names its step kind and the FLOPs per image it was counted at (FlopCounterMode), which give its MFU
+    {"model": "unet-35.75M@32x32x3", "device": "h200", "precision": "bf16", "work": "train", "step": "train",
+     "images_per_s": 2627.1, "flops_per_image": 37.32e9, "measured": "2026-11-26",
+     "source": "benchmarks/RESULTS.md (NVIDIA H200, train_variants.py): DDPM's CIFAR-10 UNet, batch 128, "
+               "bf16 + torch.compile + channels_last (what train() runs on CUDA with compile: true), 48.72 ms/step, "
+               "9.9% of the dense bf16 peak; torch 2.11"},
+    {"model": "unet-35.75M@32x32x3", "device": "h200", "precision": "fp32", "work": "train", "step": "train",
+     "images_per_s": 1918.2, "flops_per_image": 37.32e9, "measured": "2026-11-26",
+     "source": "benchmarks/RESULTS.md (NVIDIA H200, train_variants.py): the same step in fp32, eager, "
+               "66.73 ms/step"},
+    {"model": "unet-35.75M@32x32x3", "device": "h200", "precision": "bf16", "work": "forward", "step": "sample",
+     "images_per_s": 8930.0, "flops_per_image": 12.44e9, "measured": "2026-11-26",
+     "source": "benchmarks/RESULTS.md (NVIDIA H200, sample_throughput.py): DDPM 100 steps x 500 images in bf16 "
+               "autocast, 89.3 images/s = 8,930 network evaluations/s (DDIM-50: 8,940)"},
+    {"model": "inception-v3", "device": "h200", "precision": "fp32", "work": "forward", "step": "features",
+     "images_per_s": 5293.1, "flops_per_image": 11.43e9, "measured": "2026-11-26",
+     "source": "benchmarks/RESULTS.md (NVIDIA H200, fid50k_time.py): Inception-v3 pool features of 32x32 "
+               "uint8 images resized to 299, batch 500, fp32, random weights"},
 ]
 
 
@@ -115,6 +140,16 @@ def rate(model: str, flops_per_image: float, device: str, precision: str, work: 
             return Rate(s, "measured", s, s, ((key, f"measured {row['measured']}: {row['source']}", 1 / s),))
     step = step or ("train" if work == "train" else "sample")
     anchors = scaled_anchors(step, flops_per_image, device, precision)
+    carried = _measured_mfu(model, flops_per_image, device, precision, work, step)
+    if carried:
+        s, source = carried
+        if anchors:
+            ips = [a.images_per_s for a in anchors]
+            low, high = min(s, 1.0 / max(ips)), max(s, 1.0 / min(ips))
+        else:
+            low, high = s / ASSUMED_SPREAD, s * ASSUMED_SPREAD
+        return Rate(s, "measured MFU", low, high,
+                    (source, *((a.anchor.name, a.anchor.describe(), a.images_per_s) for a in anchors)))
     if anchors:
         ips = [a.images_per_s for a in anchors]
         sources = tuple((a.anchor.name, a.anchor.describe(), a.images_per_s) for a in anchors)
@@ -125,6 +160,28 @@ def rate(model: str, flops_per_image: float, device: str, precision: str, work: 
     text = (f"ASSUMPTION, no measurement and no published figure applies: {label} of {dev.name}'s "
             f"{dev.peak[precision] / 1e12:,.3g} TFLOP/s {precision}, range half to twice that")
     return Rate(s, label, s / ASSUMED_SPREAD, s * ASSUMED_SPREAD, ((f"{label} {device} {precision}", text, 1 / s),))
+
+
+def _measured_mfu(model: str, flops_per_image: float, device: str, precision: str, work: str,
+                  step: str) -> tuple[float, tuple[str, str, float]] | None:
+    """Seconds per image of ``work`` at the MFU our code measured for this step kind and precision on
+    a GPU (the first such row of :data:`MEASURED`), carried to ``device``'s peak, and its source; None
+    on a CPU or where no GPU row of the kind was measured."""
+    dev = DEVICES[device]
+    if not dev.gpu:
+        return None
+    for row in MEASURED:
+        here = DEVICES[row["device"]]
+        if not (here.gpu and row.get("step") == step and row.get("flops_per_image")
+                and (row["precision"], row["work"]) == (precision, work)):
+            continue
+        mfu = row["images_per_s"] * row["flops_per_image"] / here.peak[precision]
+        s = flops_per_image / (mfu * dev.peak[precision])
+        text = (f"measured MFU {mfu:.1%} of {here.name}'s {here.peak[precision] / 1e12:,.4g} TFLOP/s {precision} "
+                f"({row['images_per_s']:,.0f} images/s of {row['model']}, measured {row['measured']}: "
+                f"{row['source']}), carried to {model} on {dev.name} by FLOPs and peak")
+        return s, (f"measured MFU {step} {precision} ({row['device']}, {row['model']})", text, 1.0 / s)
+    return None
 
 
 def device_for(resources: dict, requested: str | None) -> str:
