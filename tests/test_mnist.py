@@ -252,3 +252,10 @@ def test_registries_schema_and_config_name_the_same_data_sets_and_extractors():
     plan = load_plan(ROOT / "config" / "mnist.yaml")
     assert plan.evaluation["extractor"] == "mnist-cnn" and plan.split_size("train") == 4000
     assert len(plan.group_runs("sampler_comparison")) == 20
+    # every report and analysis of the default study, issue 28's too (the optimal denoiser's floor, the
+    # batch-size control, the contribution's final-step arm), and the flow group's six arms
+    default = load_plan(ROOT / "config" / "config.yaml")
+    assert plan.reports() == default.reports() and "flow_matching" in plan.reports()
+    assert plan.optimal_profile and plan.control_runs() == default.control_runs()
+    assert plan.contribution_labels() == default.contribution_labels() and "final" in plan.contribution_labels()
+    assert len(plan.group_runs("flow_matching")) == 6 * 3
