@@ -182,18 +182,6 @@ def slurm_cluster(tmp_path_factory):
 from worktree import copy_worktree, study_env  # noqa: E402,F401  (one copy and one env for every workflow test)
 
 
-def snakemake_command(env: dict[str, str], slurm: bool) -> list[str]:
-    """How the tests start snakemake: the environment's own, and for a run on the test cluster
-    through ``tests/slurm_polls.py`` (status checks at most 2 s apart instead of the plugin's
-    back-off of +10 s per quiet check: the jobs here take seconds)."""
-    import sys
-
-    if slurm:
-        return [sys.executable, str(Path(__file__).resolve().parent / "slurm_polls.py")]
-    exe = Path(env["PATH"].split(os.pathsep)[0]) / "snakemake"
-    return [str(exe) if exe.exists() else "snakemake"]
-
-
 def run_snakemake(args: list[str], cwd: Path, env: dict[str, str], timeout: float, log_path: Path | None = None):
     """snakemake ``args`` in ``cwd``; (returncode, combined output, seconds). Never raises on
     failure or timeout (a timeout kills the process group and returns 124)."""
@@ -201,7 +189,8 @@ def run_snakemake(args: list[str], cwd: Path, env: dict[str, str], timeout: floa
     import subprocess
     import time
 
-    cmd = [*snakemake_command(env, slurm="cluster" in args), *args]
+    exe = Path(env["PATH"].split(os.pathsep)[0]) / "snakemake"
+    cmd = [str(exe) if exe.exists() else "snakemake", *args]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)

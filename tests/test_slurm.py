@@ -21,7 +21,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import CLUSTER_REHEARSAL, copy_worktree, slurm_args, snakemake_command, study_env
+from conftest import CLUSTER_REHEARSAL, copy_worktree, slurm_args, study_env
 from test_paper_rehearsals import check_rehearsal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]
@@ -98,11 +98,11 @@ def test_scancel_train_job_is_retried(slurm_cluster, tmp_path):
     run_dir = root / "results" / "scancel" / "runs" / RUN
     targets = [f"results/scancel/runs/{RUN}/model.pt", f"results/scancel/runs/{RUN}/metrics.json"]
     args = ["--configfile", configfile, *slurm_args(slurm_cluster), *targets]
-    exe = snakemake_command(env, slurm=True)
+    exe = Path(env["PATH"].split(os.pathsep)[0]) / "snakemake"
     log_path = root / "scancel.log"
     start = time.monotonic()
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([*exe, *args], cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([str(exe), *args], cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         # wait until the train job runs and training has begun (train_log.jsonl), then kill it
