@@ -92,7 +92,7 @@ MEASURED: list[dict] = [
      "measured": "2026-11-25",
      "source": "benchmarks/RESULTS.md (CPU, mnist): `train-features --extractor mnist-cnn`, 15 epochs of 4,000 "
                "images in 38.4 CPU-s, 1 thread"},
-    # GPU rows (benchmarks/gpu_suite.sh on a lent H200, benchmarks/RESULTS.md "GPU suite, NVIDIA H200"): each
+    # GPU rows (benchmarks/gpu_suite.sh on a lent H200, benchmarks/RESULTS.md "GPU suite on one NVIDIA H200"): each
     # names its step kind and the FLOPs per image it was counted at (FlopCounterMode), which give its MFU
     {"model": "unet-35.75M@32x32x3", "device": "h200", "precision": "bf16", "work": "train", "step": "train",
      "images_per_s": 2627.1, "flops_per_image": 37.32e9, "measured": "2026-11-26",
