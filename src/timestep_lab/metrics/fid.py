@@ -43,8 +43,8 @@ from timestep_lab.config import EvalConfig
 from timestep_lab.metrics.features import load_feature_net
 from timestep_lab.metrics.extractors import CleanFidTrainedCNN, FeatureExtractorSpec, _Images, keep_pixels, is_feature_net
 
-__all__ = ["TF_CACHE_NAME", "PRC_NEIGHBORHOOD", "ReferenceStats", "clean_fid_frechet", "frechet_distance", "tool_versions", "tf_features",
-           "cf_features", "torch_fidelity_metrics", "clean_fid_metrics"]
+__all__ = ["TF_CACHE_NAME", "PRC_NEIGHBORHOOD", "ReferenceStats", "clean_fid_frechet", "frechet_distance", "tool_versions",
+           "tf_features", "cf_features", "torch_fidelity_metrics", "clean_fid_metrics"]
 
 TF_CACHE_NAME = "reference"  # torch-fidelity input2_cache_name inside the per-call temp cache
 PRC_NEIGHBORHOOD = 3  # k of the k-NN balls of precision/recall (torch-fidelity's default)
