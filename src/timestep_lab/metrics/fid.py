@@ -96,6 +96,15 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     return float(diff @ diff + np.trace(s1) + np.trace(s2) - 2.0 * tr_covmean)
 
 
+@functools.lru_cache(maxsize=None)
+def _takes_disp(sqrtm: Callable) -> bool:
+    """Whether this ``scipy.linalg.sqrtm`` still has ``disp`` (SciPy < 1.18); asked once per function,
+    not once per Fréchet distance (the bootstrap computes hundreds)."""
+    import inspect
+
+    return "disp" in inspect.signature(sqrtm).parameters
+
+
 def clean_fid_frechet(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray) -> float:
     """clean-fid's Fréchet distance (``cleanfid.fid.frechet_distance``; ``mu`` [D], ``sigma`` [D, D]).
 
@@ -108,12 +117,10 @@ def clean_fid_frechet(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigm
     then ``|mu1 - mu2|^2 + tr(sigma1) + tr(sigma2) - 2 tr(root)``. Same number as the library's
     on the same SciPy.
     """
-    import inspect
-
     from cleanfid import fid as cfid
     from scipy import linalg
 
-    if "disp" in inspect.signature(linalg.sqrtm).parameters:
+    if _takes_disp(linalg.sqrtm):
         return float(cfid.frechet_distance(mu1, sigma1, mu2, sigma2))
     mu1, mu2, sigma1, sigma2 = np.atleast_1d(mu1), np.atleast_1d(mu2), np.atleast_2d(sigma1), np.atleast_2d(sigma2)
     if mu1.shape != mu2.shape or sigma1.shape != sigma2.shape:

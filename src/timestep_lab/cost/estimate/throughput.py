@@ -131,8 +131,9 @@ def _median(values: list[float]) -> float:
 
 
 def rate(model: str, flops_per_image: float, device: str, precision: str, work: str, step: str | None = None) -> Rate:
-    """Seconds per image of ``work`` on ``device``: a measured row, else the applicable published
-    anchors (GPUs), else the FLOP count at the assumed MFU (module docstring)."""
+    """Seconds per image of ``work`` on ``device``: a measured row, else (GPUs) the measured MFU of the
+    step kind, else the applicable published anchors, else the FLOP count at the assumed MFU
+    (module docstring)."""
     for row in MEASURED:
         if (row["model"], row["device"], row["precision"], row["work"]) == (model, device, precision, work):
             s = 1.0 / row["images_per_s"]
