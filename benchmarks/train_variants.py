@@ -60,6 +60,18 @@ DDPM_CIFAR10_DIFFUSERS = dict(  # google/ddpm-cifar10-32 config.json
     flip_sin_to_cos=False, freq_shift=1, norm_eps=1e-6, norm_num_groups=32, dropout=0.1)
 
 
+def variant_config(base, name: str):
+    """``base`` (a RunConfig) as variant ``name`` of :data:`OURS` trains: its precision, channels_last
+    and compile, and for ``flow-*`` the flow-matching objective (:data:`FLOW`)."""
+    precision, cl, comp = OURS[name]
+    cfg = base
+    if name.startswith("flow"):
+        cfg = dataclasses.replace(base, diffusion=dataclasses.replace(base.diffusion, **FLOW["diffusion"]),
+                                  timesteps=dataclasses.replace(base.timesteps, **FLOW["timesteps"]))
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision, channels_last=cl,
+                                                              compile=comp))
+
+
 class DiffusersLoop(ReferenceLoop):
     """The reference loop with diffusers' ``UNet2DModel`` as the network (optionally in bf16 autocast)."""
 
@@ -125,8 +137,6 @@ def main(argv: list[str] | None = None) -> dict:
         data = synthetic_prepared(Path(tmp) / "data", n_images, size, channels)
         images = torch.from_numpy(np.array(PreparedData(data).images)).permute(0, 3, 1, 2).contiguous()
         base = our_config(data, args.model, args.batch, args.device, False, "uniform")
-        flow = dataclasses.replace(base, diffusion=dataclasses.replace(base.diffusion, **FLOW["diffusion"]),
-                                   timesteps=dataclasses.replace(base.timesteps, **FLOW["timesteps"]))
         steps: dict = {}
         for name in names:
             t0 = time.perf_counter()
@@ -141,9 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
                     precision, cl, comp = OURS[name]
                     if device.type == "cpu" and (comp and not args.compile_on_cpu or precision == "bf16" and cl):
                         raise RuntimeError("skipped on a CPU (compile: minutes; channels_last: no CPU effect)")
-                    cfg = flow if name.startswith("flow") else base
-                    train = dataclasses.replace(cfg.train, precision=precision, channels_last=cl, compile=comp)
-                    fn = build_train_step(dataclasses.replace(cfg, train=train)).step
+                    fn = build_train_step(variant_config(base, name)).step
                 for _ in range(args.warmup * (4 if "compile" in name else 1)):
                     fn()
                 sync(device)

@@ -247,6 +247,30 @@ def test_gpu_summary_rows_price_the_estimate(tmp_path, monkeypatch):
     assert feats.basis == "measured MFU" and 1 / feats.seconds_per_image == pytest.approx(5293.1 * 156 / 494.7)
 
 
+def test_train_variants_flow_variant_trains_the_flow_objective(tmp_path):
+    """The flow variants run on a GPU only (bf16 + channels_last are skipped on a CPU): here their config
+    is checked, and one fp32 step of it trains on the CPU with the rectified flow and logit-normal t."""
+    import dataclasses
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import train_variants
+    from common import synthetic_prepared
+    from train_step import our_config
+
+    from timestep_lab.train import build_train_step
+
+    base = our_config(synthetic_prepared(tmp_path / "d", 64, 8, 1), "digits", 16, "cpu", False, "uniform")
+    flow = train_variants.variant_config(base, "flow-bf16-compile-cl")
+    assert (flow.diffusion.kind, flow.diffusion.prediction, flow.timesteps.name) == ("flow", "v", "logit_normal")
+    assert (flow.train.precision, flow.train.channels_last, flow.train.compile) == ("bf16", True, True)
+    ddpm = train_variants.variant_config(base, "ours-bf16-compile-cl")
+    assert (ddpm.diffusion.kind, ddpm.timesteps.name) == (base.diffusion.kind, "uniform") and ddpm.train.compile
+    step = build_train_step(dataclasses.replace(flow, train=dataclasses.replace(
+        flow.train, precision="fp32", channels_last=False, compile=False)))
+    assert type(step.diffusion).__name__ == "RectifiedFlow" and type(step.sampler).__name__ == "LogitNormalSampler"
+    assert torch.isfinite(torch.as_tensor(float(step.step().loss)))
+
+
 @pytest.mark.slow
 def test_gpu_suite_dry_run_starts_every_step(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
