@@ -10,9 +10,13 @@ import sys
 import pytest
 
 # a fresh process each: the same network calls as a sampler's loop (batch 200, 8x8), counting the
-# page faults of the loop alone
+# page faults of the loop alone. Transparent huge pages off for the probe (prctl PR_SET_THP_DISABLE):
+# with THP "always" the kernel may back merged mmaps with 2 MiB pages, and then a fresh buffer costs
+# one fault per 2 MiB, not per 4 KiB: a CI run counted 2,844 faults without the setting, where the
+# same probe counts ~59,000 with 4 KiB pages (the setting's ~1,400 either way)
 PROBE = """
-import resource, sys, torch
+import ctypes, resource, sys, torch
+assert ctypes.CDLL(None).prctl(41, 1, 0, 0, 0) == 0  # PR_SET_THP_DISABLE
 torch.set_num_threads(1)
 torch.manual_seed(0)  # the same initial weights in both processes
 if sys.argv[1] == "1":
