@@ -4,7 +4,8 @@ Every job of a study is a fresh ``python -m timestep_lab COMMAND``. On the CPU, 
 such a process pays 2.0 CPU-s to import python, torch (the CUDA build PyPI's torchvision needs)
 and the CLI, and up to 3.5 with torchvision, torch-fidelity and clean-fid: a quarter to a third
 of a digits study's CPU (``benchmarks/RESULTS.md``, "Study cost"). On a local run (not on a
-cluster, where each job lands on some node) the workflow starts one server instead
+cluster, where each job lands on some node, except inside a group job's allocation) the workflow
+starts one server instead
 (:mod:`.server`): it imports all of that once, listens on a Unix socket, and the workflow puts
 the socket's path in the jobs' environment (:data:`SOCKET_ENV`). ``python -m timestep_lab``
 then hands its command line, working directory, environment and standard streams to the
