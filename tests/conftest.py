@@ -155,6 +155,32 @@ def slurm_args(cluster=None, groups: bool = True) -> list[str]:
     return ["--profile", "cluster", *SLURM_TEST_ARGS, *(SLURM_SMOKE_GROUPS if groups else [])]
 
 
+# The cluster rehearsal (164 jobs, 123 of them commands) bundles further. Inside SLURM every job
+# pays snakemake starts (~1.4 CPU-s each; 7 SLURM jobs cost 19.3 CPU-s more than the same 7
+# commands run locally) and, run alone, a fresh process's imports (2.6-3.1 CPU-s); a group job
+# pays one snakemake start for the group, and a group of 3 or more jobs forks their commands from
+# one warm-start server inside its allocation (workflow/rules/warmstart.smk). So training is
+# grouped with what lies between two trainings (a run's config; the profiles and slots that
+# derived runs start from: a group may not depend on itself through jobs outside it), the per-run
+# scoring in one group, data preparation with the reference statistics and the floor, and the
+# contribution and prediction-type profiles with the analyses' post-processing: 13 SLURM jobs.
+# Measured alone on 2 idle cores, the whole run: 777 CPU-s and 530 s wall with SLURM_SMOKE_GROUPS
+# (71 SLURM jobs), 688 and 491 s grouped, 500 and 435 s grouped and warm. A group sums its jobs'
+# resources and a string resource must agree across them: the training jobs' time-limit signal
+# (`slurm_extra`) is off here (TIMESTEP_LAB_SLURM_SIGNAL_S=0; tests/test_slurm_timelimit.py tests
+# the signal on a training job of its own).
+REHEARSAL_GROUPS = [
+    "--groups", *cluster_profile_option("groups"), "reference_stats=prep", "floor=prep",
+    "sample_score=eval", "evaluate_progress=eval", "contribution=post", "profile_predictions=post",
+    "train=run", "run_config=run", "profile_losses=run", "slots=run",
+    "--group-components", *[f"{k}={v}" for k, v in {
+        **dict(c.split("=") for c in cluster_profile_option("group-components")),
+        "prep": 3, "post": 7, "eval": 14, "run": 6}.items()],
+    "--cores", "1",
+]
+REHEARSAL_ENV = {"TIMESTEP_LAB_SLURM_SIGNAL_S": "0"}
+
+
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
@@ -278,7 +304,8 @@ def cluster_rehearsal(request, tmp_path_factory) -> StudyRun:
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     args = ["--configfile", f"rehearsal/{CLUSTER_REHEARSAL}/config.yaml"]
     if cluster is not None:
-        args += slurm_args(cluster)
+        args += [*slurm_args(cluster, groups=False), *REHEARSAL_GROUPS]
+        env.update(REHEARSAL_ENV)
     if prepare.returncode != 0:
         rc, log, seconds = prepare.returncode, prepare.stdout, 0.0
     else:
