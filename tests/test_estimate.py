@@ -53,6 +53,25 @@ def test_network_cost_of_the_cifar10_unet():
     assert 2.9 < cost.train / cost.forward < 3.1
 
 
+def test_a_network_is_counted_once_whatever_its_schedule_or_single_head_prediction(monkeypatch):
+    """eps, x0 and v networks are one network (one head), under any schedule; mixed has three heads
+    and another width changes it: three counts for five runs."""
+    from timestep_lab.cost.estimate import flops
+
+    counted = []
+    monkeypatch.setattr(flops, "_COSTS", {})
+    monkeypatch.setattr(flops, "_count", lambda *a, _count=flops._count: counted.append(a[1:]) or _count(*a))
+    model = {"channels": 8, "channel_mult": [1, 2], "num_res_blocks": 1, "attention_resolutions": [], "norm_groups": 4}
+    costs = {(pred, sched, ch): network_cost({"model": {**model, "channels": ch},
+                                              "diffusion": {"prediction": pred, "schedule": sched}}, 8, 1)
+             for pred, sched, ch in [("eps", "linear", 8), ("x0", "cosine", 8), ("v", "quad", 8), ("mixed", "linear", 8),
+                                     ("eps", "linear", 16)]}
+    assert len(counted) == 3
+    assert costs["eps", "linear", 8] == costs["x0", "cosine", 8] == costs["v", "quad", 8]
+    assert costs["mixed", "linear", 8].params > costs["eps", "linear", 8].params  # 3 output heads
+    assert costs["eps", "linear", 16].forward > costs["eps", "linear", 8].forward
+
+
 def test_anchor_scaling_keeps_the_anchors_utilisation():
     """An anchor carried to its own network on its own card is its own figure; twice the FLOPs per
     image is half the images/s; another card scales by the ratio of the peaks at the anchor's
