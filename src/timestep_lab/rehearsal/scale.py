@@ -56,7 +56,7 @@ class Sizes:
     progress_num_samples: int = 4
     progress_points: int = 2  # FID against images seen: two points per followed run
     steps: int = 4  # reverse-process steps when sampling
-    resolution: int = 16  # where the data set's resolution is configurable (CelebA-HQ, ImageNet)
+    resolution: int = 8  # where the data set's resolution is configurable (CelebA-HQ, ImageNet): 8x8, attention at 4x4
     channels: int = 16  # base network width (ADM's heads of 64 channels need 64)
     train_images: int = 20  # fake raw data: training images (CIFAR-10: 4 per data batch)
     test_images: int = 8  # and held-out images, where the data set has a test split
