@@ -163,19 +163,20 @@ def slurm_args(cluster=None, groups: bool = True) -> list[str]:
 # grouped with what lies between two trainings (a run's config; the profiles and slots that
 # derived runs start from: a group may not depend on itself through jobs outside it), the per-run
 # scoring in one group, data preparation with the reference statistics and the floor, and the
-# contribution and prediction-type profiles with the analyses' post-processing: 13 SLURM jobs.
+# contribution and prediction-type profiles with the analyses' post-processing.
 # Measured alone on 2 idle cores, the whole run: 777 CPU-s and 530 s wall with SLURM_SMOKE_GROUPS
-# (71 SLURM jobs), 688 and 491 s grouped, 500 and 435 s grouped and warm. A group sums its jobs'
-# resources and a string resource must agree across them: the training jobs' time-limit signal
-# (`slurm_extra`) is off here (TIMESTEP_LAB_SLURM_SIGNAL_S=0; tests/test_slurm_timelimit.py tests
-# the signal on a training job of its own).
+# (71 SLURM jobs), 688 and 491 s in 13 group jobs, 500 and 435 s in 13 warm group jobs; larger
+# groups (eval=28, run=12) leave fewer servers to start (each imports for ~5-6 CPU-s). A group
+# sums its jobs' resources and a string resource must agree across them: the training jobs'
+# time-limit signal (`slurm_extra`) is off here (TIMESTEP_LAB_SLURM_SIGNAL_S=0;
+# tests/test_slurm_timelimit.py tests the signal on a training job of its own).
 REHEARSAL_GROUPS = [
     "--groups", *cluster_profile_option("groups"), "reference_stats=prep", "floor=prep",
     "sample_score=eval", "evaluate_progress=eval", "contribution=post", "profile_predictions=post",
     "train=run", "run_config=run", "profile_losses=run", "slots=run",
     "--group-components", *[f"{k}={v}" for k, v in {
         **dict(c.split("=") for c in cluster_profile_option("group-components")),
-        "prep": 3, "post": 7, "eval": 14, "run": 6}.items()],
+        "prep": 3, "post": 7, "eval": 28, "run": 12}.items()],
     "--cores", "1",
 ]
 REHEARSAL_ENV = {"TIMESTEP_LAB_SLURM_SIGNAL_S": "0"}
