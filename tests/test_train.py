@@ -89,7 +89,7 @@ def _cli(*args, threads=1):
 
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(digits_dir, tmp_path):
-    cfg = tiny_config(digits_dir, train={"total_kimg": 16, "checkpoint_every_kimg": 1.6, "log_every_kimg": 1.6})
+    cfg = tiny_config(digits_dir, train={"total_kimg": 8, "checkpoint_every_kimg": 0.8, "log_every_kimg": 0.8})
     dump_config(cfg, tmp_path / "run.yaml")
     cmd, env = _cli("train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "killed"), "--no-progress")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -102,7 +102,7 @@ def test_killed_run_resumes_to_the_same_weights(digits_dir, tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert not (tmp_path / "killed" / "model.pt").exists(), "the run finished before it could be killed"
-    assert 0 < load_torch(ckpt)["nimg"] < 16000
+    assert 0 < load_torch(ckpt)["nimg"] < 8000
     cmd, env = _cli("train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "killed"), "--no-progress")
     subprocess.run(cmd, env=env, check=True, capture_output=True)
     cmd, env = _cli("train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "straight"), "--no-progress")
