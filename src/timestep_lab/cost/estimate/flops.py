@@ -29,10 +29,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from timestep_lab.components import build_model
+from timestep_lab.components import build_model, build_prediction
 from timestep_lab.config import config_from_dict
 from timestep_lab.metrics.features import FEATURE_NETS
-from timestep_lab.processes.predictions import PREDICTIONS
 
 __all__ = ["NetworkCost", "count_flops", "network_cost", "extractor_flops", "EXTRACTORS"]
 
@@ -66,7 +65,7 @@ def _network_key(run_json: str) -> str:
     or the prediction's name. Runs that differ only there count their network once (an ImageNet
     study's estimate counted 7 networks of which 3 differ, ~1.5 CPU-s each)."""
     cfg = config_from_dict(json.loads(run_json), "estimate (network)")
-    heads = PREDICTIONS.build(cfg.diffusion.prediction, None, num_timesteps=cfg.diffusion.num_timesteps).heads
+    heads = build_prediction(cfg).heads  # what build_model multiplies the output channels by
     return json.dumps({"model": dataclasses.asdict(cfg.model), "heads": heads}, sort_keys=True, default=list)
 
 
