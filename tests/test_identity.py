@@ -52,8 +52,11 @@ def test_runs_and_metrics_carry_the_code_identity_and_model_pt_does_not(tiny_art
     from timestep_lab.cli import main
     from timestep_lab.artifacts.io import load_torch
 
-    a, me = tiny_artifacts, current()
-    assert set(me) == {"commit", "dirty", "source_sha256", "lock_sha256"} and me["lock_sha256"]
+    from timestep_lab.cli.common import code_identity
+
+    a, me = tiny_artifacts, code_identity()  # the package's identity and this process's arithmetic
+    assert set(current()) == {"commit", "dirty", "source_sha256", "lock_sha256"} and me["lock_sha256"]
+    assert me == {**current(), "arithmetic": me["arithmetic"]} and me["arithmetic"]["level"] in ("native", "portable")
     log = [json.loads(line) for line in (a.run / "train_log.jsonl").read_text().splitlines()]
     assert log and all(rec["code"] == me for rec in log)
     assert "code" not in load_torch(a.run / "model.pt")
@@ -117,8 +120,11 @@ def test_the_smoke_study_records_and_prints_its_code_identity(smoke_study):
                for p in res.glob("runs/*/train_log.jsonl") for line in p.read_text().splitlines()}
     assert len(idents) == 1
     ident = json.loads(idents.pop())
+    arithmetic = ident.pop("arithmetic")  # the study's level: reproducibility: portable
     assert ident == current()
-    label = describe(ident)
+    assert arithmetic["level"] == "portable" and arithmetic["torch_cpu_capability"] == "AVX2"
+    label = describe({**ident, "arithmetic": arithmetic})
+    assert label.endswith("arithmetic portable (torch AVX2, OpenBLAS Haswell)")
     reports = smoke_study.root / "reports" / "smoke"
     assert label in (reports / "index.html").read_text() and "Mixed code" not in (reports / "index.html").read_text()
     assert label in (reports / "sampler_comparison.html").read_text()

@@ -5,7 +5,9 @@
     {"commit": "<40 hex>" | None,   # git HEAD of the checkout holding the package (None: not one)
      "dirty": bool | None,          # tracked files changed since that commit (None: not a checkout)
      "source_sha256": "<64 hex>",   # every .py file of the package (names and bytes)
-     "lock_sha256": "<64 hex>" | None}   # envs/requirements.lock (None: not found)
+     "lock_sha256": "<64 hex>" | None,   # envs/requirements.lock (None: not found)
+     "arithmetic": {...}}           # added by the command line: the CPU code paths the process ran
+                                    # (timestep_lab.arithmetic.in_effect; absent in older records)
 
 The source hash is always there: outside a git checkout it is the identity, and inside one it
 tells two dirty trees apart. Training logs, ``metrics.json`` and ``fid_progress.json`` carry it,
@@ -86,11 +88,19 @@ def current() -> dict[str, Any]:
     return dict(_current())
 
 
+def _arithmetic_key(identity: Mapping[str, Any]) -> tuple:
+    """The CPU code paths a record says its numbers came from (``identity["arithmetic"]``, added by
+    the entry: :mod:`timestep_lab.arithmetic`): the level and what torch and OpenBLAS ran."""
+    record = identity.get("arithmetic") or {}
+    return (record.get("level"), record.get("torch_cpu_capability"), tuple(record.get("openblas") or ()))
+
+
 def identity_key(identity: Mapping[str, Any] | None) -> tuple:
-    """What tells two identities apart (a hashable tuple; None: unknown)."""
+    """What tells two identities apart (a hashable tuple; None: unknown): the code, and the
+    arithmetic it ran with where the record says."""
     if not identity:
-        return (None, None, None, None)
-    return tuple(identity.get(k) for k in ("commit", "dirty", "source_sha256", "lock_sha256"))
+        return (None, None, None, None, (None, None, ()))
+    return (*(identity.get(k) for k in ("commit", "dirty", "source_sha256", "lock_sha256")), _arithmetic_key(identity))
 
 
 def describe(identity: Mapping[str, Any] | None) -> str:
@@ -102,6 +112,10 @@ def describe(identity: Mapping[str, Any] | None) -> str:
              f"source {str(identity.get('source_sha256'))[:8]}"]
     lock = identity.get("lock_sha256")
     parts.append(f"requirements.lock {lock[:8]}" if lock else "requirements.lock not found")
+    record = identity.get("arithmetic")
+    if record:  # the phrase of timestep_lab.arithmetic.describe, kept here: this is the bottom layer
+        blas = f", OpenBLAS {'/'.join(record['openblas'])}" if record.get("openblas") else ""
+        parts.append(f"arithmetic {record.get('level')} (torch {record.get('torch_cpu_capability')}{blas})")
     return ", ".join(parts)
 
 

@@ -35,6 +35,7 @@ from timestep_lab.artifacts.io import peek_torch
 __all__ = [
     "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "checkpoint_args", "config_args", "runtime_args", "load_run_config", "eval_config",
     "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
+    "arithmetic_in_effect",
 ]
 
 log = logging.getLogger("timestep_lab")
@@ -182,19 +183,37 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
 
 
 def code_identity() -> dict:
-    """The code identity of this process (:func:`timestep_lab.artifacts.identity.current`): read here, at
-    the entry, and passed to the library functions that record it."""
+    """The code identity of this process (:func:`timestep_lab.artifacts.identity.current`) and, under
+    ``arithmetic``, the CPU code paths it computes with (:func:`arithmetic_in_effect`): read here,
+    at the entry, and passed to the library functions that record them."""
     from timestep_lab.artifacts.identity import current
 
-    return current()
+    return {**current(), "arithmetic": arithmetic_in_effect()}
+
+
+def arithmetic_in_effect() -> dict:
+    """The reproducibility level this process runs (:func:`timestep_lab.arithmetic.in_effect`),
+    checked against the level its environment names: a ``ConfigError`` (one ``error:`` line)
+    when the CPU or the process cannot run it, before any number is computed."""
+    from timestep_lab import arithmetic
+
+    record = arithmetic.in_effect(os.environ)
+    try:
+        arithmetic.check(record)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return record
 
 
 # ------------------------------------------------------------------------------- torch
 
 
 def setup_torch(args: argparse.Namespace) -> None:
+    """Before a command that computes: its thread count, and a check that it runs the
+    reproducibility level its environment names (:func:`arithmetic_in_effect`)."""
     import torch
 
+    arithmetic_in_effect()
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # for child processes (papermill kernels)

@@ -16,7 +16,9 @@ forwards the signals it gets (Snakemake cancelling a job) to it.
 
 The worker's numbers are a fresh process's numbers: it starts from a process that imported
 modules and nothing else (no tensor op, no CUDA, no thread pool, no random draw), and
-``tests/test_warmstart.py`` checks outputs byte for byte against fresh processes. Where no
+``tests/test_warmstart.py`` checks outputs byte for byte against fresh processes. The libraries'
+CPU code paths are chosen when they load, so the server forks only jobs that ask for the ones it
+loaded with (the reproducibility level, :mod:`timestep_lab.arithmetic`); another job starts fresh. Where no
 server answers, ``python -m timestep_lab`` starts normally; nothing but speed depends on it.
 
 ============  =================================================================  =============

@@ -12,7 +12,10 @@ that death before it reports the failure, so Snakemake never sees a job end whil
 still write; a worker whose client is gone is killed (SIGKILL: a dead client relays nothing, and
 the job may ignore SIGTERM). The server forks only the code it imported: once any file of the
 package differs from when it started (:func:`package_signature`), it answers every request
-``fresh`` and the job starts itself in its own process, with the code now on disk.
+``fresh`` and the job starts itself in its own process, with the code now on disk. A job whose
+environment pins other CPU code paths than the server's libraries were loaded with
+(:func:`timestep_lab.arithmetic.pinned`: another reproducibility level) is answered ``fresh`` too,
+and pins itself when it starts.
 
 One thread, one loop over the listening socket, the clients' connections (signals to relay; end
 of file: client gone, worker killed) and each worker's pidfd (exit: reaped, status sent). Reaping every worker puts their CPU time in the server's children and
@@ -40,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from timestep_lab.arithmetic import pin, pinned, this_cpu
 from timestep_lab.cost.usage import named_usage_line
 from timestep_lab.warmstart.protocol import recv_request
 from timestep_lab.warmstart.worker import become_job, run_job
@@ -133,6 +137,7 @@ class Server:
         self.jobs: dict[int, _Job] = {}
         self.cwd = os.getcwd()
         self.package, self.signature, self.stale = package, signature, False
+        self.arithmetic = pinned(os.environ)  # what the libraries were (or will be) loaded with
 
     def serve(self, parent_fd: int = 0) -> None:
         """Serve until ``parent_fd`` reaches end of file; then terminate and reap what still runs."""
@@ -161,7 +166,9 @@ class Server:
             conn.close()
             return
         conn.settimeout(None)
-        if self._package_changed():  # this job, and every later one, starts itself with the code on disk
+        # this job, and every later one, starts itself with the code on disk; a job that names
+        # other CPU code paths than the server loaded its libraries with starts itself, pinned
+        if self._package_changed() or self._other_arithmetic(request.env):
             for fd in fds:
                 os.close(fd)
             try:
@@ -204,6 +211,15 @@ class Server:
             conn.sendall(f"pid {pid}\n".encode())
         except OSError:
             pass
+
+    def _other_arithmetic(self, env: dict[str, str]) -> bool:
+        """Whether the job's environment pins other CPU code paths than the server's
+        (:func:`timestep_lab.arithmetic.pinned`): its libraries chose theirs when they loaded."""
+        if pinned(env) == self.arithmetic:
+            return False
+        print(f"a job asks for other arithmetic ({dict(pinned(env))}) than the server runs ({dict(self.arithmetic)}): "
+              f"it starts fresh", file=self.log, flush=True)
+        return True
 
     def _package_changed(self) -> bool:
         """Whether a file of the package changed since the server started (then it stays so)."""
@@ -293,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="remove the socket's folder at the end (the workflow makes one per run)")
     args = p.parse_args(argv)
     try:
+        try:
+            pin(os.environ, **this_cpu())  # as `python -m timestep_lab` does, before anything heavy is loaded
+        except ValueError as exc:  # an unknown level: no server; every job starts itself and says so
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         return _serve(args)
     finally:  # however it ends, early refusals included: the folder is this run's alone
         if args.remove_folder:
