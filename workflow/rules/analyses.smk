@@ -11,6 +11,7 @@ rule profile_losses:
     output:
         f"{RES}/analyses/profiles/{{run}}.json",
     params:
+        arithmetic=ARITHMETIC,
         model=lambda wc: model_path(wc.run),
         data=parent_dir("data"),
         fmt=lambda wc: checkpoint_args(wc.run),
@@ -38,6 +39,7 @@ rule optimal_profile:
     output:
         OPTIMAL_PROFILE,
     params:
+        arithmetic=ARITHMETIC,
         model=lambda wc: model_path("reference"),
         fmt=checkpoint_args("reference"),
         data=parent_dir("data"),
@@ -85,6 +87,7 @@ rule interference:
     output:
         f"{RES}/analyses/interference.json",
     params:
+        arithmetic=ARITHMETIC,
         pairs=lambda wc, input: [f"{RUNS[r].extra['slot']}={p}"
                                  for r, p in zip(finetune_runs(reference_seed()), input.finetuned)],
     log:
@@ -109,6 +112,7 @@ rule interference_control:
     output:
         f"{RES}/analyses/interference_control.json",
     params:
+        arithmetic=ARITHMETIC,
         finetuned=lambda wc, input: [f"{RUNS[r].extra['seed']}:{RUNS[r].extra['slot']}={p}"
                                      for r, p in zip(finetune_runs(), input.finetuned)],
         controls=lambda wc, input: [f"{RUNS[r].extra['seed']}={p}" for r, p in zip(control_runs(), input.controls)],
@@ -138,6 +142,7 @@ rule contribution:
         png=expand(f"{RES}/analyses/contribution/{{label}}/samples.png", label=list(CONTRIB_RANGES)),
         metrics=expand(f"{RES}/analyses/contribution/{{label}}/metrics.json", label=list(CONTRIB_RANGES)),
     params:
+        arithmetic=ARITHMETIC,
         model=lambda wc: model_path("reference"),
         fmt=checkpoint_args("reference"),
         gt=parent_dir("gt"),
@@ -166,6 +171,7 @@ rule posterior:
     output:
         f"{RES}/analyses/posterior.json",
     params:
+        arithmetic=ARITHMETIC,
         model=lambda wc: model_path("reference"),
         fmt=checkpoint_args("reference"),
         ranges=[str(x) for lo_hi in AN.get("timestep_contribution", {}).get("ranges", []) for x in lo_hi],
@@ -190,6 +196,7 @@ rule profile_predictions:
     output:
         f"{RES}/analyses/prediction_types.json",
     params:
+        arithmetic=ARITHMETIC,
         models=[f"{k}={model_path(r)}" for k, r in prediction_runs().items()],
         data=parent_dir("data"),
         bank=lambda wc, input: profile_args("predictions") + W.opt("--optimal", input.optimal[0] if input.optimal else None),
@@ -218,6 +225,7 @@ rule consistency:
         json=f"{RES}/analyses/consistency.json",
         **({"controls": f"{RES}/analyses/consistency_controls.npz"} if AN.get("consistency", {}).get("controls") else {}),
     params:
+        arithmetic=ARITHMETIC,
         samples=[f"{r}={run_dir(r)}/samples.npz" for r in consistency_runs()],
         weights=weights_arg() if trained_extractor() else [],
         controls=lambda wc, input, output: consistency_control_args(input, output),

@@ -12,6 +12,7 @@ rule train_features:
     output:
         f"{RES}/eval/{config['evaluation']['extractor']}.pt",
     params:
+        arithmetic=ARITHMETIC,
         extractor=config["evaluation"]["extractor"],
         train=parent_dir("train"),
         test=parent_dir("test"),
@@ -34,6 +35,7 @@ rule reference_stats:
     output:
         f"{RES}/eval/reference.npz",
     params:
+        arithmetic=ARITHMETIC,
         data=parent_dir("data"),
         extractor=config["evaluation"]["extractor"],
         weights=weights_arg(),
@@ -63,6 +65,7 @@ rule floor:
     output:
         FLOOR,
     params:
+        arithmetic=ARITHMETIC,
         data=parent_dir("data"),
         weights=weights_arg(),
         num_samples=W.opt("--num-samples", W.fid_sample_count(config["evaluation"])),
@@ -93,6 +96,7 @@ rule sample_score:
         png=f"{RES}/runs/{{run}}/samples.png",
         metrics=f"{RES}/runs/{{run}}/metrics.json",
     params:
+        arithmetic=ARITHMETIC,
         model=lambda wc: model_path(wc.run),
         fmt=lambda wc: checkpoint_args(wc.run),
         weights=weights_arg(),
@@ -121,6 +125,7 @@ rule evaluate_progress:
     output:
         f"{RES}/runs/{{run}}/fid_progress.json",
     params:
+        arithmetic=ARITHMETIC,
         weights=weights_arg(),
         sets=lambda wc: eval_sample_overrides(wc.run, progress=True)
         + ([] if config["evaluation"].get("progress_kid_pr", True)

@@ -78,6 +78,7 @@ rule index:
         rules_dir=os.path.join(workflow.basedir, "workflow", "rules"),  # which rules are local (no CPU of their own)
         rehearsal=config.get("rehearsal"),  # a rehearsal's index carries a banner: no number on it is a result
         scales=scorecard_present(),  # other studies with results: the index links reports/scorecard.html
+        reproducibility=ARITHMETIC,  # the level asked for, beside the records' own
     log:
         f"{LOGS}/index/index.log",
     benchmark:

@@ -42,6 +42,7 @@ rule train:
         log=f"{RES}/runs/{{run}}/train_log.jsonl",
         snapshots=directory(f"{RES}/runs/{{run}}/snapshots"),
     params:
+        arithmetic=ARITHMETIC,
         out=lambda wc: run_dir(wc.run),
         events=lambda wc: f"{LOGS}/tensorboard/{wc.run}",
         launcher=lambda wc, threads: W.launcher(config["resources"]["gpus"]),

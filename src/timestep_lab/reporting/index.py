@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from timestep_lab.arithmetic import LEVELS
 from timestep_lab.artifacts.io import atomic_write_text, read_json
 from timestep_lab.cost.measured import estimate_vs_measured, local_rules, study_cost
 from timestep_lab.reporting.render import PAGE_CSS
@@ -27,7 +28,7 @@ from timestep_lab.reporting.scorecard import (
     scorecard_rows,
 )
 
-__all__ = ["render_index", "headline_rows", "protocol_lines", "family_lines", "code_lines"]
+__all__ = ["render_index", "headline_rows", "protocol_lines", "family_lines", "code_lines", "arithmetic_lines"]
 
 
 def render_index(template: str | Path, out_html: str | Path, *, study: str, summary: str | Path,
@@ -35,14 +36,16 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
                  slots: str | Path | None = None, pending: list[str] | None = None,
                  estimate: str | Path | None = None, results_dir: str | Path | None = None,
                  logs_dir: str | Path | None = None, rules_dir: str | Path | None = None,
-                 rehearsal: Mapping[str, Any] | None = None, scales: list[str] | None = None) -> Path:
+                 rehearsal: Mapping[str, Any] | None = None, scales: list[str] | None = None,
+                 reproducibility: str | None = None) -> Path:
     """The study's ``index.html``: scorecard, the papers' figures beside our verdicts, protocol, the
     cost estimate (``estimate``: the JSON of ``estimate --out``) beside the measured cost per rule (the
     benchmark files under ``results_dir``, :mod:`timestep_lab.cost.measured`), links. ``rehearsal``:
     the study config's ``rehearsal`` section (``of``, ``stand_ins``), which puts a banner on top:
     nothing on the page is a result. ``scales``: the other studies whose results exist; when there
     are any the page links the scorecard across scales (``../scorecard.html``, rule ``scorecard``),
-    whether or not it has been built yet."""
+    whether or not it has been built yet. ``reproducibility``: the config's level, which the
+    protocol compares with the records' own (:func:`arithmetic_lines`)."""
     import jinja2  # only the Snakemake index job renders; the rule's module import stays light
 
     summary_data = read_json(summary)
@@ -62,7 +65,7 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
     page = env.get_template(Path(template).name).render(
         study=study, summary=summary_data, css=PAGE_CSS, config_source=config_source,
         scorecard=card, columns=COLUMNS, headline=headline_rows(summary_data, verdict_data),
-        protocol=protocol_lines(summary_data), family=family_lines(verdict_data, summary_data),
+        protocol=protocol_lines(summary_data, reproducibility), family=family_lines(verdict_data, summary_data),
         code_mixed=bool((summary_data.get("code") or {}).get("mixed")),
         code_identities=len((summary_data.get("code") or {}).get("identities") or []),
         reports=[{"name": Path(r).stem.replace("_", " "), "file": Path(r).name} for r in reports],
@@ -149,11 +152,38 @@ def code_lines(summary: Mapping[str, Any]) -> list[str]:
                         f"{', ...' if len(e['runs']) > 4 else ''})" for e in ids) + "."]
 
 
-def protocol_lines(summary: Mapping[str, Any]) -> list[str]:
+def arithmetic_lines(summary: Mapping[str, Any], asked: str | None = None) -> list[str]:
+    """Which CPU code paths computed the study's numbers, from the records' own ``arithmetic`` (in
+    their code identities: :mod:`timestep_lab.arithmetic`), and whether that is the level
+    ``asked`` (the config's ``reproducibility``)."""
+    ids = (summary.get("code") or {}).get("identities") or []
+    records = [(e.get("identity") or {}).get("arithmetic") for e in ids]
+    seen = sorted({(str(r.get("level")), str(r.get("torch_cpu_capability")), "/".join(r.get("openblas") or []))
+                   for r in records if r})
+    if not seen:
+        return ["Arithmetic: not recorded (records made before the code recorded it)."] if ids else []
+    text = [f"{lv} (torch {cap}" + (f", OpenBLAS {blas})" if blas else ")") for lv, cap, blas in seen]
+    if len(seen) == 1 and all(records):
+        level = LEVELS.get(seen[0][0])
+        line = f"Arithmetic: {text[0]} in every record" + (f": {level.summary}." if level else ".")
+    else:
+        line = (f"Arithmetic: the records were computed with {len(seen)} different CPU code paths ({'; '.join(text)}"
+                + ("; some not recorded" if not all(records) else "") + "): their last digits differ, and more so "
+                "after training.")
+    lines = [line]
+    if asked and any(lv != asked for lv, _, _ in seen):
+        lines.append(f"The config asks for reproducibility: {asked}; records computed otherwise come from an earlier "
+                     f"setting: rerun the study (Snakemake reruns every job whose level changed).")
+    return lines
+
+
+def protocol_lines(summary: Mapping[str, Any], asked: str | None = None) -> list[str]:
+    """The protocol list of the index: code, arithmetic, the FID protocol, pairing, speed-ups.
+    ``asked``: the config's ``reproducibility`` level."""
     p = summary.get("protocol") or {}
     if not p:
-        return ["no metrics collected yet", *code_lines(summary)]
-    return [*code_lines(summary),
+        return ["no metrics collected yet", *code_lines(summary), *arithmetic_lines(summary, asked)]
+    return [*code_lines(summary), *arithmetic_lines(summary, asked),
         f"Metric: {p.get('label')} via torch-fidelity and clean-fid (headline numbers: {p.get('tool')} {p.get('tool_version')}); "
         f"feature extractor {p.get('feature_extractor')}.",
         f"{p.get('num_generated')} generated vs {p.get('num_reference')} reference images; reverse sampler "
