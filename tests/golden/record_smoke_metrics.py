@@ -1,50 +1,54 @@
 """Record the smoke study's final and progress FID/KID values as the golden file that
 ``tests/test_pipeline.py::test_smoke_study_metrics_match_the_recorded_values`` compares against:
 
-    python tests/golden/record_smoke_metrics.py results/smoke/metrics.csv > tests/golden/smoke_metrics.json
+    python tests/golden/record_smoke_metrics.py results/smoke > tests/golden/smoke_metrics.json
 
 Rerecord only when a change alters the arithmetic on purpose, and say in the commit how far the
-numbers moved. The last digits depend on the machine's arithmetic: torch's version and CPU
-capability, and the OpenBLAS kernel numpy's and scipy's copies run (``threadpoolctl`` reports it
-as ``architecture``; ``OPENBLAS_CORETYPE`` picks another, ``OPENBLAS_L2_SIZE`` changes its
-blocking). The file records all of it, and the test compares digit for digit only where the
-fingerprint matches, and within a relative tolerance everywhere (its docstring says why).
+numbers moved. The smoke study runs ``reproducibility: portable`` (:mod:`timestep_lab.arithmetic`):
+every job computes with the x86-64-v3 code paths of torch, oneDNN, numpy, OpenBLAS and MKL, so the
+last digits depend on the code and the libraries' versions, not on the CPU. The file records
+both (:func:`fingerprint`): the libraries' versions, and the arithmetic every job recorded.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import os
 import platform
 import sys
+from pathlib import Path
 
 import numpy as np
+import scipy
 import torch
 
 
-#: environment variables that change which kernel (or blocking) a BLAS runs, hence the last digits
-KERNEL_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
+def study_arithmetic(results: str | Path) -> list[dict]:
+    """The distinct arithmetic records (``code.arithmetic``) of every ``metrics.json`` and training
+    log record under ``results/runs``, without the variables (the level says which they were)."""
+    found: list[dict] = []
+    runs = Path(results) / "runs"
+    records = [json.loads(p.read_text()).get("code") for p in sorted(runs.glob("*/metrics.json"))]
+    records += [json.loads(line).get("code") for p in sorted(runs.glob("*/train_log.jsonl"))
+                for line in p.read_text().splitlines()]
+    for code in records:
+        rec = {k: v for k, v in ((code or {}).get("arithmetic") or {}).items() if k != "variables"}
+        if rec not in found:
+            found.append(rec)
+    return found
 
 
-def blas_kernels() -> list[str]:
-    """``"<library> <version> <architecture>"`` of every BLAS numpy and scipy load here (the
-    kernel OpenBLAS picked for this CPU, or was told to pick)."""
-    import scipy.linalg  # noqa: F401 - loads scipy's own OpenBLAS
-    from threadpoolctl import threadpool_info
-
-    return sorted({f"{i.get('prefix')} {i.get('version')} {i.get('architecture')}"
-                   for i in threadpool_info() if i.get("user_api") == "blas"})
-
-
-def fingerprint() -> dict:
-    """What the last digit of a CPU float result depends on, besides the code."""
-    return {"torch": torch.__version__, "numpy": np.__version__, "machine": platform.machine(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "blas": blas_kernels(),
-            "kernel_env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ}}
+def fingerprint(results: str | Path) -> dict:
+    """What the last digit of the study's numbers depends on besides the code: the numeric
+    libraries' versions (this venv's, which ran the jobs) and the study's arithmetic (one record)."""
+    found = study_arithmetic(results)
+    if len(found) != 1:
+        raise SystemExit(f"{results}: the jobs computed with {len(found)} different arithmetics: {found}")
+    return {"torch": torch.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
+            "machine": platform.machine(), "arithmetic": found[0]}
 
 
-def metric_values(metrics_csv: str) -> dict[str, float]:
+def metric_values(metrics_csv: str | Path) -> dict[str, float]:
     """``"run|stage|kimg|tool|metric" -> value`` for every row of a study's metrics.csv."""
     with open(metrics_csv, newline="") as f:
         return {"|".join((r["run"], r["stage"], r["kimg"], r["tool"], r["metric"])): float(r["value"])
@@ -52,5 +56,7 @@ def metric_values(metrics_csv: str) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    json.dump({"fingerprint": fingerprint(), "values": metric_values(sys.argv[1])}, sys.stdout, indent=1, sort_keys=True)
+    results = Path(sys.argv[1])
+    json.dump({"fingerprint": fingerprint(results), "values": metric_values(results / "metrics.csv")}, sys.stdout,
+              indent=1, sort_keys=True)
     sys.stdout.write("\n")
