@@ -19,6 +19,7 @@ import torch
 from timestep_lab.cli import main
 from timestep_lab.data import DataError, PreparedData, prepare
 from timestep_lab.data.mnist5k import MNIST5K_SHA256, bundled_mnist5k
+from timestep_lab.data.prepared import data_identity
 from timestep_lab.artifacts.io import ArtifactError, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +94,15 @@ def test_small_file_splits_stratified_padded_and_deterministic(small_csv, tmp_pa
                                   np.unique(rows(every), axis=0))  # disjoint and together all
     again = PreparedData(prepare("mnist5k", path, tmp_path / "again", split="test"))
     assert again.manifest["images_sha256"] == test.manifest["images_sha256"]
+    # the same bytes lying elsewhere (another machine's venv): the same data identity, which the
+    # reference statistics and the floor record, although the manifest says where each lay
+    moved = tmp_path / "elsewhere" / path.name
+    moved.parent.mkdir()
+    moved.write_bytes(path.read_bytes())
+    there = PreparedData(prepare("mnist5k", moved, tmp_path / "there", split="test"))
+    assert there.manifest["source_path"] != test.manifest["source_path"]
+    assert data_identity(there.manifest) == data_identity(test.manifest)
+    assert data_identity({**test.manifest, "images_sha256": "0" * 64}) != data_identity(test.manifest)
 
 
 def test_bad_files_name_the_file_and_line(small_csv, tmp_path):

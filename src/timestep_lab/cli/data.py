@@ -12,7 +12,6 @@ from pathlib import Path
 
 from timestep_lab.cli.common import at_least, command, config_args, device, eval_config, log, runtime_args
 from timestep_lab.config.schema import FEATURE_EXTRACTORS, TRAINED_FEATURE_EXTRACTORS
-from timestep_lab.artifacts.io import sha256_file
 
 # ------------------------------------------------------------------------------- prepare
 
@@ -90,7 +89,7 @@ def cmd_reference_stats(args: argparse.Namespace) -> int:
     """Extract reference features with torch-fidelity and clean-fid into one declared .npz."""
     import numpy as np
 
-    from timestep_lab.data import PreparedData
+    from timestep_lab.data.prepared import PreparedData, data_identity
     from timestep_lab.metrics import compute_reference, load_feature_extractor, reference_subset
 
     cfg = eval_config(args)
@@ -101,7 +100,7 @@ def cmd_reference_stats(args: argparse.Namespace) -> int:
     idx, selection = reference_subset(len(data), args.max_images)
     info = {"path": str(data.path), "dataset": data.manifest.get("dataset"), "split": data.manifest.get("split"),
             "count": len(data), "used": len(idx), "selection": selection,
-            "images_sha256": data.manifest.get("images_sha256"), "manifest_sha256": sha256_file(data.path / "manifest.json")}
+            "images_sha256": data.manifest.get("images_sha256"), "data_sha256": data_identity(data.manifest)}
     images = np.asarray(data.images) if len(idx) == len(data) else np.asarray(data.images[idx])
     ref = compute_reference(images, args.out, spec, data_info=info, device=device(args),
                             batch_size=cfg.batch_size, progress=not args.no_progress)

@@ -118,8 +118,7 @@ def cmd_floor(args: argparse.Namespace) -> int:
     95% bootstrap interval per tool; write floor.json (format timestep_lab.floor/1)."""
     import numpy as np
 
-    from timestep_lab.data import PreparedData
-    from timestep_lab.artifacts.io import sha256_file
+    from timestep_lab.data.prepared import PreparedData, data_identity
     from timestep_lab.metrics.floor import BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, write_floor
 
     if args.num_samples is not None and args.num_samples < 2:
@@ -127,7 +126,7 @@ def cmd_floor(args: argparse.Namespace) -> int:
     data = PreparedData(args.data, verify=True)
     info = {"path": str(data.path), "dataset": data.manifest.get("dataset"), "split": data.manifest.get("split"),
             "count": len(data), "images_sha256": data.manifest.get("images_sha256"),
-            "manifest_sha256": sha256_file(data.path / "manifest.json")}
+            "data_sha256": data_identity(data.manifest)}
     res = write_floor(np.asarray(data.images), args.reference, args.out, num_samples=args.num_samples,
                       cfg=eval_config(args), weights=args.weights, device=device(args), data_info=info,
                       replicates=BOOTSTRAP_REPLICATES if args.replicates is None else args.replicates,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +13,20 @@ from torch import Tensor
 from timestep_lab.data.raw import DataError
 from timestep_lab.artifacts.io import read_json, sha256_file
 
-__all__ = ['PreparedData', 'to_float', 'to_uint8']
+__all__ = ['PreparedData', 'to_float', 'to_uint8', 'LOCATION_KEYS', 'data_identity']
+
+#: manifest fields that say where the raw data lay, not what it is (``source_sha256`` says that)
+LOCATION_KEYS = ("source", "source_path")
+
+
+def data_identity(manifest: dict) -> str:
+    """sha256 of what identifies a prepared folder's data: its manifest without
+    :data:`LOCATION_KEYS`, as sorted compact JSON. Two machines that prepared the same images
+    from the same raw bytes get the same identity wherever the raw file lay (an mnist5k source
+    inside a venv, a CIFAR-10 tarball in a home folder); the bytes of ``images.npy`` and
+    ``labels.npy`` are in it through their sha256."""
+    kept = {k: v for k, v in manifest.items() if k not in LOCATION_KEYS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 class PreparedData:
