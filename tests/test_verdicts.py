@@ -227,3 +227,20 @@ def test_the_asymptote_claim_is_not_judged_on_shortened_runs():
     assert rows["fm_logit_normal"]["verdict"] == "reproduced"
     assert rows["fm_logit_normal_asymptote"]["verdict"] == "not run"
     assert "96 kimg" in rows["fm_logit_normal_asymptote"]["needs"]
+
+
+def test_claims_are_stated_as_their_sources_state_them():
+    """Issue 37's four records: SD3's shift at 8x8 is its resolution rule's prediction (higher FID),
+    a hypothesis; 2407.03297's quote supports a hypothesis about sampling vs weighting, not a finding;
+    CLTS's 2x-2.6x judges no size; diffusers PR 8528 under its own title."""
+    from timestep_lab.claims import claim_by_id
+
+    for cid in ("fm_shift", "fm_shift_logit_normal"):
+        c = claim_by_id(cid)
+        assert c.expected_sign == +1 and c.status == "hypothesis" and "8x8" in c.statement
+        assert "sqrt(m/n)" in c.note and "higher final FID" in c.direction
+    assert claim_by_id("fm_sample_not_weight").status == "hypothesis"
+    assert "not something the quoted text reports" in claim_by_id("fm_sample_not_weight").note
+    (clts,) = claim_by_id("clts_faster").numbers
+    assert clts.not_comparable and "momentum decay" in clts.not_comparable and "summary" in clts.source
+    assert claim_by_id("fm_cosmap_weight_vs_sample").source.title == "Implement SD3 loss weighting"
