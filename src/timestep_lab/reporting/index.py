@@ -163,8 +163,9 @@ def protocol_lines(summary: Mapping[str, Any]) -> list[str]:
         f"{p.get('num_generated')} generated vs {p.get('num_reference')} reference images; reverse sampler "
         f"{p.get('method')} with {p.get('steps')} steps; {'EMA' if p.get('ema') else 'raw'} weights; sample i uses seed base + i.",
         "Runs are paired by seed (same initial weights, data order, noise and sample seeds); a difference is "
-        "arm - baseline per seed, reported as its mean with a 95% Student-t interval over seeds; on this page "
-        "p-values are Holm-adjusted across the whole scorecard, in the group reports within a group "
+        "arm - baseline per seed, reported as its mean with a 95% interval over seeds; on this page interval and "
+        "p-value are referred to the scorecard's calibration (the worst case of normal, t3 and skewed seeds) and "
+        "the p-values Holm-adjusted across the whole scorecard, in the group reports Student-t ones within a group "
         "(docs/methods.md §9).",
         "Speed-up: images an arm needs to reach the baseline's FID at its last progress point (same sample count), "
         "per seed, interpolated in log FID between progress points; '>x' when a seed got there before its first "

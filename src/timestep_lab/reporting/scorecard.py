@@ -5,7 +5,8 @@ Input: ``verdicts.json`` (:func:`timestep_lab.workflow.collect.write_verdicts`, 
 "claims": [row, ...]}`` with per row the claim's record (``paper``, ``where``, ``status``,
 ``quote``, ``statement``, ``direction``, ``numbers``), both verdicts (``verdict``: direction;
 ``size_verdict`` + ``size_detail``) and, when the claim ran, ``n`` (paired seeds), ``diff``,
-``ci_low``, ``ci_high`` (95% t-interval of the mean paired difference, in ``units``), ``p_adj``
+``ci_low``, ``ci_high`` (95% interval of the mean paired difference on the family's calibration, in
+``units``), ``p_adj``
 (Holm across the scorecard's ``family_size`` comparisons), ``detectable`` (at that level,
 estimated from the sample SD), ``seeds_needed``, ``log`` (the same test on log-FID ratios),
 ``speedup`` (the censored per-seed label) and ``regime`` (baseline FID, floor, length); ``needs``
