@@ -65,7 +65,7 @@ def test_the_condition_the_card_prints_is_where_its_promise_stops():
     assert before > 0.3 and beyond > 0.15, (before, beyond)
     family = judge_family(list(layout.rows))["family"]
     assert family["calibration"] == "skew_envelope" and "log-SD 1" in family["condition"]
-    assert "t with 3 df" in family["condition"] and "log-SD 1.5" in family["condition"]
+    assert "t with 3 df" in family["condition"] and "log-SD 1.5" in family["promise"]
     assert family["promise"].startswith("a study with no true effect prints a false finding") and "5%" in family["promise"]
 
 

@@ -102,7 +102,7 @@ def test_index_has_a_verdict_column_with_intervals(verdicts, tmp_path):
     assert "Family: 3 distinct comparisons" in unescape(html) and "Floor: the held-out split" in unescape(html)
     # the promise with the condition it holds under, not a bare "at most 5% of studies"
     assert "'skew_envelope' calibration" in unescape(html) and "in at most 5% of studies when per-seed differences " \
-        "no more skewed than a lognormal of log-SD 1" in unescape(html)
+        "are no more skewed than a lognormal of log-SD 1" in unescape(html)
     # the papers' numbers: SpeeD's 3x judged on size, its FID pairs not comparable, with the reason
     numbers = unescape(html).split("own numbers beside ours", 1)[1]
     assert "smaller at this length" in numbers and "not comparable: Inception FID of DiT-XL/2" in numbers

@@ -77,7 +77,7 @@ def _finite(x: Any) -> bool:
 def promise(cal: Calibration, alpha: float = ALPHA) -> str:
     """The sentence the scorecard prints about its error rate, with the condition it rests on."""
     return (f"a study with no true effect prints a false finding (reproduced or contradicted) in at most "
-            f"{alpha:.0%} of studies when {cal.condition}")
+            f"{alpha:.0%} of studies when {cal.condition}; {cal.beyond}")
 
 
 def calibrated(effect: Mapping[str, Any], cal: Calibration) -> dict[str, Any]:
