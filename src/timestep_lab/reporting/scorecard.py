@@ -27,7 +27,7 @@ __all__ = ["COLUMNS", "load_verdicts", "scorecard_rows", "format_difference", "f
 
 #: (key, header) of the scorecard's columns, in order.
 COLUMNS = (("claim", "claim: source, where, its own words"), ("tested", "what we test (direction)"),
-           ("difference", "our paired difference [95% CI, calibrated]"), ("n", "n seeds"),
+           ("difference", "our paired difference [95% CI]"), ("n", "n seeds"),
            ("p_adj", "Holm p (scorecard family)"), ("verdict", "direction verdict"), ("size", "size verdict"),
            ("power", "detectable effect / seeds needed / what it needs"),
            ("speedup", "speed-up (per seed, censored)"), ("robustness", "log-ratio check"),
