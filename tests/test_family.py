@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from card_simulation import NOISE, STUDIES, card_layout, null_cards
+from card_simulation import STUDIES, card_layout, null_cards
 from timestep_lab.claims import claim_by_id
 from timestep_lab.evidence.calibration import calibration
 from timestep_lab.evidence.family import family_findings, judge_family

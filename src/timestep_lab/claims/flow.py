@@ -68,8 +68,8 @@ QUESTION_OF: dict[str, int] = {}
 RECALLED = "quote recalled, the source's text was not available offline [unverified]"
 #: Why the shift claims predict a higher FID here (issue 37: they were recorded as SD3 finding that shift 3 helps)
 SHIFT_RULE = ("SD3 applies shift 3 at 1024^2; its own rule, shift alpha = sqrt(m/n) for m pixels against a base "
-              "resolution of n, asks for a shift below 1 (toward data) at 8x8, so shift 3 moves away from what the rule "
-              "wants: a prediction we derive from SD3's rule (SD3 tested no such resolution), assuming FID rises as "
+              "resolution of n, asks for a shift below 1 (toward data) at 8x8, so shift 3 moves away from what the "
+              "rule wants: a prediction we derive from SD3's rule (SD3 tested no such resolution), assuming FID rises as "
               "the shift moves away from the rule's value; users ask whether shift 3 helps anyway (question 3's "
               "threads)")
 NOT_OURS = ("a number from another objective, data set, model and metric: it does not carry over to this study's "

@@ -92,7 +92,8 @@ def calibrated(effect: Mapping[str, Any], cal: Calibration) -> dict[str, Any]:
             out["no_test"] = "no p-value: not a test the family can adjust"
         return out
     if n < 2 or not _finite(diff):
-        out.update(p=math.nan, ci_low=math.nan, ci_high=math.nan, no_test="fewer than 2 paired seeds: no interval, no test")
+        out.update(p=math.nan, ci_low=math.nan, ci_high=math.nan,
+                   no_test="fewer than 2 paired seeds: no interval, no test")
     elif not _finite(sd):
         out.update(p=math.nan, ci_low=math.nan, ci_high=math.nan, no_test="no spread: no interval, no test")
     elif sd == 0:
