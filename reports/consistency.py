@@ -96,7 +96,7 @@ for space in ("pixel", "feature"):
     ci = f"[{t['ci_low']:+.4g}, {t['ci_high']:+.4g}]" if t.get("ci_low") is not None else "n/a (fewer than 3 models)"
     test_rows.append({"space": space, "paired (mean)": t["paired"], "unpaired (mean)": t["unpaired"],
                       "paired - unpaired": t["diff"], "95% CI (jackknife over models)": ci, "n models": t["n"],
-                      "pairs": t["pairs"], "permutation p": t["p"]})
+                      "pairs": t["pairs"], "permutation p (two-sided)": t["p"]})
     for c, v in sp["controls"].items():
         cl = v["closer_to_each_other"]
         cci = f"[{cl['ci_low']:+.4g}, {cl['ci_high']:+.4g}]" if cl.get("ci_low") is not None else "n/a"

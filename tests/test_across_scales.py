@@ -173,6 +173,9 @@ def test_the_scales_and_their_cost(page, studies):
     assert small["CPU, measured"].startswith("52 s (0.01 h) over 3 jobs (1 from their own usage line)")
     assert small["job wall time, summed"].startswith("22 s") and "not the elapsed time" in small["job wall time, summed"]
     assert small["estimate before the run"] == "no estimate.json"
+    # each study's family says what its p-values were referred to, and the condition of its promise
+    assert "on the 'skew_envelope' calibration: a study with no true effect" in small["claims judged / family"]
+    assert "lognormal of log-SD 1" in small["claims judged / family"]
     study = read_study(studies["small"])  # without the rule files the local rule's sampled CPU counts
     assert study.cost["cpu_s"] == pytest.approx(40.25 + 11.5 + 250.0) and "local rules" in study.notes[0]
 

@@ -87,6 +87,7 @@ def test_index_has_a_verdict_column_with_intervals(verdicts, tmp_path):
     assert lo < hi < 0 and float(speed["p_adj"].split()[0]) < 0.05 and "(family of 3)" in speed["p_adj"]
     assert re.search(r"\d\.\d\dx", speed["speedup"]) and "seeds" in speed["speedup"]
     assert speed["size"].startswith("smaller at this length: ours 1.") and "the paper's 3x" in speed["size"]
+    assert "band [2.00x, 4.50x] (the paper's number within a factor 1.5)" in speed["size"]
     assert "detectable: |difference| >=" in speed["power"] and "estimated from the sample SD" in speed["power"]
     assert "needs n = 2 seeds to resolve 3x" in speed["power"]
     assert speed["robustness"].startswith("agrees (FID ratio 0.7")
@@ -99,6 +100,9 @@ def test_index_has_a_verdict_column_with_intervals(verdicts, tmp_path):
     table1 = body["table1_pretrained"]
     assert table1["verdict"] == "not run" and "guided-diffusion" in table1["power"] and table1["difference"] == ""
     assert "Family: 3 distinct comparisons" in unescape(html) and "Floor: the held-out split" in unescape(html)
+    # the promise with the condition it holds under, not a bare "at most 5% of studies"
+    assert "'skew_envelope' calibration" in unescape(html) and "in at most 5% of studies when per-seed differences " \
+        "are no more skewed than a lognormal of log-SD 1" in unescape(html)
     # the papers' numbers: SpeeD's 3x judged on size, its FID pairs not comparable, with the reason
     numbers = unescape(html).split("own numbers beside ours", 1)[1]
     assert "smaller at this length" in numbers and "not comparable: Inception FID of DiT-XL/2" in numbers
@@ -112,6 +116,9 @@ def test_scorecard_rows_keep_the_requested_claims_in_file_order(verdicts):
     assert [r["id"] for r in rows] == ["speed_faster", "clts_faster"]
     assert rows[1]["power"].startswith("needs: ") and rows[1]["p_adj"] == "" and rows[1]["size"] == ""
     assert scorecard_rows({"claims": []}) == []
+    # a row without a quote still says where the claim stands and what it is (it read "SpeeD (2405.17403)")
+    fm_speed = scorecard_rows(data, ids=["fm_speed"])[0]
+    assert fm_speed["claim"] == "SpeeD (2405.17403), Abstract (on DDPM-style diffusion) (hypothesis): no quote held"
 
 
 @pytest.mark.parametrize("given", ["path", "list", "empty"])

@@ -13,12 +13,12 @@ from timestep_lab.evidence.stats import (
     detectable_effect,
     detectable_multiplier,
     holm,
+    holm_rows,
     holm_table,
     json_safe,
     kimg_to_reach,
     paired,
     seeds_needed,
-    size_verdict,
     speedup,
     verdict,
 )
@@ -97,6 +97,11 @@ def test_detectable_multiplier_is_80_percent_power_averaged_over_the_sample_sd()
     assert detectable_multiplier(5, 0.05) == pytest.approx(2.09, abs=0.01)  # vs 1.66 of (t_.975 + t_.8) / sqrt(n)
     assert detectable_multiplier(10, 0.05) < detectable_multiplier(5, 0.05) < detectable_multiplier(3, 0.05)
     assert math.isnan(detectable_effect(1.0, 1)) and math.isnan(detectable_multiplier(1))
+    # another test's critical value (the scorecard's calibration): the same power rule at that value
+    assert detectable_multiplier(5, 0.05, crit=sps.t.ppf(0.975, 4)) == pytest.approx(detectable_multiplier(5, 0.05))
+    k = detectable_multiplier(5, 0.05, crit=6.36)
+    r = np.sqrt(sps.chi2.ppf((np.arange(64) + 0.5) / 64, 4) / 4)
+    assert sps.nct.sf(6.36, 4, k * r * math.sqrt(5)).mean() == pytest.approx(0.8, abs=1e-4) and k > 4
 
 
 def test_seeds_needed_inverts_the_detectable_effect():
@@ -108,22 +113,15 @@ def test_seeds_needed_inverts_the_detectable_effect():
     assert seeds_needed(effect, 0.0, alpha) == 2 and seeds_needed(0.0, sd) is None
 
 
-def test_size_verdict_places_the_papers_number_against_our_interval():
-    assert size_verdict(3.0, 3.0, 1.19, 1.93) == "smaller"
-    assert size_verdict(2.0, 2.6, 1.25, 1.54) == "smaller"
-    assert size_verdict(2.0, 2.6, 2.4, 3.1) == "consistent"  # the range overlaps ours
-    assert size_verdict(3.0, 3.0, 3.5, 5.0) == "larger"
-    assert size_verdict(3.0, 3.0, 0.0, 1.4) == "smaller"  # "<1.40x": a bound below the paper's number
-    assert size_verdict(3.0, 3.0, 0.0, 5.28) == "not comparable"  # "<5.28x" includes 3x: says nothing
-    assert size_verdict(3.0, 3.0, 4.0, math.inf) == "larger"  # ">4.00x"
-    assert size_verdict(3.0, 3.0, 2.0, math.inf) == "not comparable"
-    assert size_verdict(3.0, 3.0, math.nan, 2.0) == "not comparable"
-
-
 def test_holm_step_down_closed_form():
     # sorted p: 0.01, 0.02, 0.04 with m = 3 -> 0.03, 0.04, 0.04 (monotone), NaN untouched
     assert holm([0.04, 0.01, float("nan"), 0.02]) == pytest.approx([0.04, 0.03, float("nan"), 0.04], nan_ok=True)
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    # many families at once (simulated scorecards): each row as holm() adjusts it alone
+    rng = np.random.default_rng(4)
+    P = rng.uniform(0, 0.1, (50, 6))
+    P[rng.uniform(size=P.shape) < 0.2] = np.nan
+    assert holm_rows(P) == pytest.approx(np.array([holm(row) for row in P]), nan_ok=True)
     table = holm_table({"a": paired([1, 2, 3.0], [0, 1, 2.5]), "b": paired([1, 2, 3.0], [1.1, 2.0, 3.2])})
     assert table["a"].p_adj >= table["a"].p and table["b"].p_adj >= table["b"].p
 

@@ -499,7 +499,8 @@ def test_consistency_test_counts_models_and_separates_the_shared_solution():
     res = consistency_test(sets, control, permutations=99, seed=1)
     t = res["pixel"]["test"]
     assert t["n"] == 4 and t["unit"] == "models" and t["pairs"] == 6  # models, not pairs
-    assert t["ci_low"] < t["diff"] < t["ci_high"] < 0 and t["p"] == pytest.approx(1 / 100)
+    assert t["ci_low"] < t["diff"] < t["ci_high"] < 0 and t["p_less"] == pytest.approx(1 / 100)
+    assert t["alternative"] == "two-sided" and t["p"] == pytest.approx(2 / 100) and t["p_greater"] == 1.0
     assert len(t["per_pair"]) == 6
     # every model is closer to the shared solution than to the others: that explains the pairing
     assert res["pixel"]["controls"]["shared"]["closer_to_each_other"]["diff"] > 0
@@ -508,6 +509,11 @@ def test_consistency_test_counts_models_and_separates_the_shared_solution():
     null = consistency_test({f"m{i}": rng.integers(0, 256, size=(40, 4, 4, 1), dtype=np.uint8) for i in range(3)},
                             permutations=99, seed=2)["pixel"]["test"]
     assert null["p"] > 0.05 and null["n"] == 3
+    # models whose paired samples are further apart than unpaired ones: the small p is on the other side
+    # (a model and its negative: the same noise gives opposite images)
+    far = consistency_test({"m0": base.astype(np.uint8), "m1": (255 - base).astype(np.uint8)}, permutations=99,
+                           seed=3)["pixel"]["test"]
+    assert far["diff"] > 0 and far["p_greater"] == pytest.approx(1 / 100) and far["p"] == pytest.approx(2 / 100)
     # the jackknife: leaving one model out of 3 leaves one pair; known answer
     jk = jackknife_over_models(["a", "b", "c"], {("a", "b"): 1.0, ("a", "c"): 2.0, ("b", "c"): 3.0})
     assert jk["diff"] == pytest.approx(2.0) and jk["se"] == pytest.approx(math.sqrt(2 / 3 * 2.0))

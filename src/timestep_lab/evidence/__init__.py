@@ -1,9 +1,11 @@
 """What the numbers say about the claims: paired statistics, verdicts, the family, across scales.
 
-``stats``     paired comparisons across seeds: differences, intervals, Holm, power, speed-ups
-``family``    the scorecard as one family: Holm across every judged claim, both verdicts, power
-``verdicts``  which runs each claim compares, per study group, and the regime (methods.md §9)
-``scaling``   whether a claim holds, flips or stays unresolved across several studies (§9.9)
+``stats``        paired comparisons across seeds: differences, intervals, Holm, power, speed-ups
+``calibration``  what a t-statistic is referred to: Student t, or the skew envelope (the card's)
+``size``         the size verdict: the paper's number with a band, as an equivalence statement
+``family``       the scorecard as one family: Holm across every judged claim, both verdicts, power
+``verdicts``     which runs each claim compares, per study group, and the regime (methods.md §9)
+``scaling``      whether a claim holds, flips or stays unresolved across several studies (§9.9)
 
 The claims themselves, in their sources' words, are :mod:`timestep_lab.claims`. Must not know:
 torch, Snakemake, files. This file imports nothing.

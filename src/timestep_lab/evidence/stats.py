@@ -10,14 +10,19 @@ What this module computes (docs/methods.md §9):
 * ``paired(baseline, arm)``: mean difference ``d̄``, its standard error ``s_d / √n``, a 95%
   Student-t interval ``d̄ ± t_{0.975, n-1} · s_d / √n``, the two-sided paired t-test p-value,
   and the detectable effect (:func:`detectable_effect`). Also on log FID, where a difference is a ratio.
-* ``detectable_effect(sd, n, alpha)``: the true difference a two-sided paired t-test at level
-  ``alpha`` finds with 80% power (noncentral t), estimated from the sample SD and calibrated for
-  that estimate's spread at ``n``; ``seeds_needed`` inverts it.
-* ``holm(p)``: Holm's step-down adjustment across a family of comparisons.
+* ``detectable_effect(sd, n, alpha, crit=...)``: the true difference a two-sided paired test at
+  level ``alpha`` (critical value ``crit`` of ``|T|``; Student t's by default) finds with 80%
+  power when the differences are normal (noncentral t), estimated from the sample SD and
+  calibrated for that estimate's spread at ``n``; ``seeds_needed`` inverts it.
+* ``holm(p)``, ``holm_rows(P)``: Holm's step-down adjustment across a family of comparisons (one
+  family, or one per row of a matrix: thousands of simulated scorecards at once).
 * ``verdict(...)``: reproduced / contradicted / inconclusive from the interval and the sign the
   paper claims. An interval that covers 0 is "inconclusive" whatever its mean says.
-* ``size_verdict(...)``: the paper's number (or range) against our interval: consistent,
-  smaller, larger, or not comparable (with the reason).
+
+The scorecard refers its t-statistics to a calibration that holds under skewed seeds
+(:mod:`timestep_lab.evidence.calibration`) and states sizes as equivalence
+(:mod:`timestep_lab.evidence.size`); ``paired`` here is the plain Student-t summary the group
+reports print.
 * ``speedup(...)``: images an arm needs to reach the baseline's FID at its last progress point,
   with log-FID interpolation between progress points, per seed, censored at both ends.
 
@@ -29,22 +34,20 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import special as spf
 from scipy import stats as sps
 
-__all__ = ["Paired", "paired", "holm", "verdict", "Speedup", "SeedSpeedup", "kimg_to_reach", "speedup",
-           "VERDICTS", "SIZE_VERDICTS", "NOT_JUDGED", "json_safe", "holm_table", "detectable_multiplier",
-           "detectable_effect", "seeds_needed", "size_verdict"]
+__all__ = ["Paired", "paired", "holm", "holm_rows", "verdict", "Speedup", "SeedSpeedup", "kimg_to_reach", "speedup",
+           "VERDICTS", "NOT_JUDGED", "json_safe", "holm_table", "detectable_multiplier", "detectable_effect",
+           "seeds_needed"]
 
 #: A convergence claim in a study too short to say anything about convergence (docs/methods.md §9.7).
 NOT_JUDGED = "not judged at this length"
 #: The direction-verdict vocabulary of reports and ``verdicts.json``.
 VERDICTS = ("reproduced", "contradicted", "inconclusive", NOT_JUDGED, "not run")
-#: The size-verdict vocabulary: the paper's number against our interval (docs/methods.md §9.3).
-SIZE_VERDICTS = ("consistent", "smaller", "larger", "not comparable")
 
 #: Power the detectable effect is defined at.
 POWER = 0.80
@@ -121,22 +124,25 @@ def paired(baseline: Sequence[float], arm: Sequence[float], *, log: bool = False
 
 
 @functools.lru_cache(maxsize=None)
-def detectable_multiplier(n: int, alpha: float = 0.05, power: float = POWER, nodes: int = 64) -> float:
+def detectable_multiplier(n: int, alpha: float = 0.05, power: float = POWER, nodes: int = 64,
+                          crit: float | None = None) -> float:
     """``k`` such that a true mean difference ``k · s_d`` is found with probability ``power``.
 
-    Found means: a two-sided paired t-test over ``n`` seeds rejects at level ``alpha`` on the
-    side of the effect, i.e. ``T' > t_{1-alpha/2, n-1}`` with ``T'`` noncentral t (``n - 1``
-    degrees of freedom, noncentrality ``delta √n / sigma``). ``s_d`` is the *sample* SD, itself
-    noisy (``s_d / sigma ~ sqrt(chi2_{n-1} / (n-1))``): ``k`` makes the power ``power`` on
-    average over that spread (``nodes`` midpoint quantiles), so a printed ``k · s_d`` is found
-    ``power`` of the time in a fresh study of the same design. Plugging ``s_d`` in for ``sigma``
-    instead would be optimistic (about 72% at n = 5). Cached per ``(n, alpha, power)``.
+    Found means: a two-sided paired test over ``n`` seeds rejects at level ``alpha`` on the side
+    of the effect, i.e. ``T' > crit`` with ``T'`` noncentral t (``n - 1`` degrees of freedom,
+    noncentrality ``delta √n / sigma``: normal differences) and ``crit`` the test's critical value
+    of ``|T|`` (default ``t_{1-alpha/2, n-1}``; the scorecard passes its calibration's,
+    :mod:`timestep_lab.evidence.calibration`). ``s_d`` is the *sample* SD, itself noisy
+    (``s_d / sigma ~ sqrt(chi2_{n-1} / (n-1))``): ``k`` makes the power ``power`` on average over
+    that spread (``nodes`` midpoint quantiles), so a printed ``k · s_d`` is found ``power`` of the
+    time in a fresh study of the same design. Plugging ``s_d`` in for ``sigma`` instead would be
+    optimistic (about 72% at n = 5). Cached per arguments.
     """
     if n < 2:
         return math.nan
     df = n - 1
     r = np.sqrt(sps.chi2.ppf((np.arange(nodes) + 0.5) / nodes, df) / df)  # quantiles of s_d / sigma
-    crit = float(sps.t.ppf(1 - alpha / 2, df))
+    crit = float(sps.t.ppf(1 - alpha / 2, df)) if crit is None else float(crit)
 
     def shortfall(k: float) -> float:
         return float(sps.nct.sf(crit, df, k * r * math.sqrt(n)).mean()) - power
@@ -144,29 +150,36 @@ def detectable_multiplier(n: int, alpha: float = 0.05, power: float = POWER, nod
     hi = 1.0
     while shortfall(hi) < 0:
         hi *= 2
-    from scipy.optimize import brentq  # only needed the first time per (n, alpha, power)
+    from scipy.optimize import brentq  # only needed the first time per (n, alpha, power, crit)
 
     return float(brentq(shortfall, hi / 2 if hi > 1 else 0.0, hi, xtol=1e-6))
 
 
-def detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = POWER) -> float:
-    """The smallest true |mean difference| found with ``power`` at level ``alpha`` over ``n``
-    paired seeds, estimated from the sample SD ``sd`` (:func:`detectable_multiplier`); NaN
-    below 2 seeds or without a finite SD."""
+def detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = POWER,
+                      crit: float | None = None) -> float:
+    """The smallest true |mean difference| found with ``power`` at level ``alpha`` (critical
+    value ``crit``, default Student t's) over ``n`` paired seeds, estimated from the sample SD
+    ``sd`` (:func:`detectable_multiplier`); NaN below 2 seeds or without a finite SD."""
     if n < 2 or sd is None or not math.isfinite(sd):
         return math.nan
-    return detectable_multiplier(int(n), float(alpha), float(power)) * float(sd)
+    return detectable_multiplier(int(n), float(alpha), float(power), crit=crit) * float(sd)
 
 
-def seeds_needed(effect: float, sd: float, alpha: float = 0.05, power: float = POWER, max_n: int = 200) -> int | None:
-    """Fewest paired seeds whose :func:`detectable_effect` (same ``sd``, ``alpha``, ``power``)
-    is at most ``|effect|``: how many seeds would resolve an effect of that size. None when
-    more than ``max_n`` are needed or ``sd``/``effect`` are not finite; 2 when ``sd`` is 0."""
+def seeds_needed(effect: float, sd: float, alpha: float = 0.05, power: float = POWER, max_n: int = 200,
+                 critical: Callable[[int, float], float] | None = None) -> int | None:
+    """Fewest paired seeds whose :func:`detectable_effect` (same ``sd``, ``alpha``, ``power``;
+    ``critical(n, alpha)`` the critical value at n seeds, default Student t's) is at most
+    ``|effect|``: how many seeds would resolve an effect of that size. None when more than
+    ``max_n`` are needed or ``sd``/``effect`` are not finite; 2 when ``sd`` is 0."""
     if effect is None or sd is None or not (math.isfinite(effect) and math.isfinite(sd)) or effect == 0:
         return None
     if sd == 0:
         return 2
-    ok = lambda n: detectable_multiplier(n, float(alpha), float(power)) * sd <= abs(effect)  # noqa: E731
+
+    def ok(n: int) -> bool:
+        crit = None if critical is None else critical(n, float(alpha))
+        return detectable_multiplier(n, float(alpha), float(power), crit=crit) * sd <= abs(effect)
+
     if not ok(max_n):
         return None
     lo, hi = 2, max_n  # the multiplier falls with n: bisect for the first n that is enough
@@ -176,21 +189,30 @@ def seeds_needed(effect: float, sd: float, alpha: float = 0.05, power: float = P
     return lo
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm step-down adjusted p-values (same order as given; NaN stays NaN, not counted).
+def holm_rows(pvalues: np.ndarray) -> np.ndarray:
+    """Holm step-down adjusted p-values of every row of ``pvalues`` ``[R, m]`` (each row one family;
+    NaN stays NaN and is not counted in its row's ``m``).
 
-    ``p_(i)`` sorted ascending over the ``m`` finite values:
+    ``p_(i)`` sorted ascending over the ``m`` finite values of a row:
     ``p_adj_(i) = max_{j <= i} min(1, (m - j + 1) · p_(j))``.
     """
-    p = np.asarray(pvalues, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    idx = np.flatnonzero(np.isfinite(p))
-    m = idx.size
-    running = 0.0
-    for rank, i in enumerate(idx[np.argsort(p[idx], kind="stable")]):
-        running = max(running, min(1.0, (m - rank) * float(p[i])))
-        out[i] = running
-    return out.tolist()
+    p = np.atleast_2d(np.asarray(pvalues, dtype=np.float64))
+    finite = np.isfinite(p)
+    m = finite.sum(axis=1, keepdims=True)
+    order = np.argsort(np.where(finite, p, np.inf), axis=1, kind="stable")
+    ranked = np.take_along_axis(p, order, axis=1)
+    rank = np.arange(p.shape[1])[None, :]
+    adj = np.maximum.accumulate(np.minimum(1.0, np.where(rank < m, (m - rank) * ranked, 0.0)), axis=1)
+    out = np.empty_like(p)
+    np.put_along_axis(out, order, np.where(rank < m, adj, np.nan), axis=1)
+    return out
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values of one family, in the order given (:func:`holm_rows`)."""
+    if len(pvalues) == 0:
+        return []
+    return holm_rows(np.asarray(pvalues, dtype=np.float64)[None, :])[0].tolist()
 
 
 def holm_table(comparisons: Mapping[str, Paired]) -> dict[str, Paired]:
@@ -222,25 +244,6 @@ def verdict(ci_low: float | None, ci_high: float | None, expected_sign: int, p_a
     if ci_low > 0:
         return "reproduced" if expected_sign > 0 else "contradicted"
     return "inconclusive"
-
-
-def size_verdict(paper_low: float, paper_high: float, ours_low: float, ours_high: float) -> str:
-    """Where the paper's number (``paper_low == paper_high``) or range lies against our interval.
-
-    "consistent": they overlap; "smaller": our whole interval lies below the paper's number (our
-    effect is smaller); "larger": above it; "not comparable": an end is missing (NaN). A one-sided
-    (censored) interval passes ``0`` or ``inf`` as its open end; an overlap with it says nothing, so
-    it is "not comparable" too (the caller says why)."""
-    vals = (paper_low, paper_high, ours_low, ours_high)
-    if any(v is None or math.isnan(v) for v in vals):
-        return "not comparable"
-    if ours_high < paper_low:
-        return "smaller"
-    if ours_low > paper_high:
-        return "larger"
-    if math.isinf(ours_high) or ours_low <= 0:
-        return "not comparable"
-    return "consistent"
 
 
 def kimg_to_reach(kimg: Sequence[float], fid: Sequence[float], target: float) -> float:

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from timestep_lab.claims import CLAIMS, CONSTANT_BASE, FLOW_BASELINE, FLOW_GROUP, UNIFORM, Claim
+from timestep_lab.evidence.calibration import DEFAULT_CALIBRATION
 from timestep_lab.evidence.family import ALPHA, judge_family
 from timestep_lab.evidence.stats import Speedup, holm, paired, speedup, verdict
 
@@ -198,11 +199,19 @@ def interference_effect(analysis: Mapping[str, Any] | None) -> dict[str, Any] | 
 
 def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel") -> dict[str, Any] | None:
     """The consistency claim's effect from ``consistency.json``: over the model pairs, the mean of
-    ``paired - unpaired`` sample distance (``space`` pixel or feature), with a 95% t-interval over
-    pairs (pairs share models, so the interval is optimistic; docs/methods.md §9.5)."""
+    ``paired - unpaired`` sample distance (``space`` pixel or feature). From the test over models:
+    the jackknife interval and the two-sided permutation p (``p_method`` "permutation": an exact
+    test the scorecard keeps as it is); without it (an old file), a 95% t-interval over pairs
+    (pairs share models, so the interval is optimistic; docs/methods.md §9.5)."""
     test = ((analysis or {}).get(space) or {}).get("test")
     if test and test.get("n"):  # the test over models (studies/consistency.py): n counts models, not pairs
-        return {**test, "units": f"{space} distance, paired - unpaired (jackknife over models)"}
+        out = {**test, "units": f"{space} distance, paired - unpaired (jackknife over models)",
+               "p_method": "permutation"}
+        if test.get("alternative") != "two-sided" and test.get("p") is not None:
+            # a consistency.json written before the test was two-sided: its p is P(null <= stat), one side only
+            out["p"] = min(1.0, 2.0 * float(test["p"]))
+            out["p_note"] = "two-sided p bounded by twice the file's one-sided permutation p"
+        return out
     pairs = [p for p in (analysis or {}).get("pairs", []) if p.get(space)]
     if not pairs:
         return None
@@ -302,6 +311,7 @@ def _measured(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -> d
     if not effect or not effect.get("n"):
         return row
     row.update({k: effect.get(k, math.nan) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")})
+    row.update({k: effect[k] for k in ("se", "p_method", "p_note") if effect.get(k) is not None})
     row["units"] = effect.get("units") or ("final FID, arm - baseline" if claim.kind == "fid" else "")
     if claim.kind == "fid" and effect.get("log"):
         row["log"] = {k: effect["log"].get(k, math.nan) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")}
@@ -311,13 +321,15 @@ def _measured(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -> d
 def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]] | None = None, *,
                  base_batch: int | None = None, claims: Sequence[Claim] = CLAIMS,
                  compare: Callable[..., dict[str, Any]] = compare_group,
-                 floor: Mapping[str, Any] | None = None, alpha: float = ALPHA) -> dict[str, Any]:
+                 floor: Mapping[str, Any] | None = None, alpha: float = ALPHA,
+                 calibration: str = DEFAULT_CALIBRATION) -> dict[str, Any]:
     """Every claim measured and judged as one family.
 
     ``analyses`` maps an analysis name to its measured effect dict; ``base_batch`` is the study's
     base ``train.batch_size``; ``floor`` the study's ``floor.json``. Each FID claim reads the
     paired comparison of its arm against its group's baseline (:func:`compare_group`), its
-    within-group Holm p as ``p_group``, its speed-up and its :func:`regime`.
+    within-group Holm p as ``p_group``, its speed-up and its :func:`regime`. ``calibration``: the
+    entry of :data:`timestep_lab.evidence.calibration.CALIBRATIONS` the family's tests are referred to.
 
     :returns: :func:`timestep_lab.evidence.family.judge_family`'s ``{"family", "claims"}``, one row per claim
         in ``claims`` order with every field of the claim's record.
@@ -326,11 +338,12 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
     rows, cache = [], {}
     for claim in claims:
         if claim.kind == "analysis":
-            rows.append(_measured(claim, analyses.get(claim.analysis), test=f"analysis:{claim.analysis}"))
+            effect = analyses.get(claim.analysis)
+            rows.append(_measured(claim, effect, test=f"analysis:{claim.analysis}" if effect else None))
             continue
         final = _in_group(_fid(metrics, "final"), claim.group) if len(metrics) else metrics
         if not len(final):
-            rows.append(_measured(claim, None))
+            rows.append(_measured(claim, None, test=None))
             continue
         baseline = _resolve(claim.baseline, final, base_batch)
         arms = select_arm(final, _resolve(claim.arm, final, base_batch))
@@ -341,10 +354,11 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
         arm = next((a for a in arms if a in comp), None)
         effect = comp.get(arm) if arm else None
         base = cache[key]["baseline"]
-        extra: dict[str, Any] = {"group": claim.group, "arm": arm, "baseline": base, "test": f"{claim.group}:{arm}:{base}"}
+        extra: dict[str, Any] = {"group": claim.group, "arm": arm, "baseline": base,
+                                 "test": f"{claim.group}:{arm}:{base}" if arm and base else None}
         if effect:
             sp = effect.get("speedup")
             extra.update(p_group=effect.get("p_adj"), seeds=effect.get("seeds"), speedup=speedup_text(sp),
                          speedup_detail=sp, regime=regime(metrics, base, effect.get("seeds") or [], floor))
         rows.append(_measured(claim, effect, **extra))
-    return judge_family(rows, alpha=alpha)
+    return judge_family(rows, alpha=alpha, calibration_name=calibration)

@@ -112,7 +112,10 @@ def scale_lines(study: StudyScale) -> dict[str, str]:
         "FID": f"{study.fid_label}" + (f" ({study.fid_tool})" if study.fid_tool else ""),
         "FID protocol": study.protocol or "n/a",
         "claims judged / family": f"{judged} of {len(rows)} judged; Holm across {fam.get('size', '?')} comparisons "
-                                  f"(first-step level {_num(fam.get('level')):.2g})",
+                                  f"(first-step level {_num(fam.get('level')):.2g}) on "
+                                  + (f"the '{fam['calibration']}' calibration: {fam.get('promise', '')}"
+                                     if fam.get("calibration") else "Student-t p-values (normal seeds assumed: a file "
+                                     "from before the calibration was stated)"),
         "CPU, measured": _hours(cost.get("cpu_s")) + (f" over {cost.get('jobs')} jobs ({cost.get('exact_jobs')} "
                                                       "from their own usage line)" if cost.get("jobs") else ""),
         "job wall time, summed": _hours(cost.get("wall_s")) + (" (jobs overlap: not the elapsed time)"

@@ -122,10 +122,14 @@ def family_lines(verdicts: Mapping[str, Any], summary: Mapping[str, Any]) -> lis
     m = fam.get("size")
     lines = []
     if m is not None:
-        lines.append(f"Family: {m} distinct comparisons judged together; p-values are Holm-adjusted across all of "
-                     f"them (a study with no true effect prints a false 'reproduced' in at most 5% of studies). The "
-                     f"detectable effect is at Holm's first-step level 0.05/{m} = {fam.get('level', 0.05):.2g}, "
-                     f"80% power, estimated from each comparison's sample SD. Group reports adjust within their group.")
+        promise = fam.get("promise") or ("the file states no condition: its tests assumed normal per-seed "
+                                         "differences, and skewed ones break the 5% (docs/methods.md §9.6)")
+        lines.append(f"Family: {m} distinct comparisons judged together; p-values are referred to the "
+                     f"'{fam.get('calibration', 'student_t')}' calibration and Holm-adjusted across all of them: "
+                     f"{promise}. The detectable effect is at Holm's first-step level 0.05/{m} = "
+                     f"{fam.get('level', 0.05):.2g} and that calibration's critical value, 80% power for normal "
+                     f"per-seed differences, estimated from each comparison's sample SD. Group reports adjust "
+                     f"within their group, with Student-t p-values.")
     floor_data = summary.get("floor") or verdicts.get("floor") or {}
     floor = floor_data.get("records") or []
     if floor:
@@ -189,8 +193,9 @@ def protocol_lines(summary: Mapping[str, Any], asked: str | None = None) -> list
         f"{p.get('num_generated')} generated vs {p.get('num_reference')} reference images; reverse sampler "
         f"{p.get('method')} with {p.get('steps')} steps; {'EMA' if p.get('ema') else 'raw'} weights; sample i uses seed base + i.",
         "Runs are paired by seed (same initial weights, data order, noise and sample seeds); a difference is "
-        "arm - baseline per seed, reported as its mean with a 95% Student-t interval over seeds; on this page "
-        "p-values are Holm-adjusted across the whole scorecard, in the group reports within a group "
+        "arm - baseline per seed, reported as its mean with a 95% interval over seeds; on this page interval and "
+        "p-value are referred to the scorecard's calibration (the worst case of normal, t3 and skewed seeds) and "
+        "the p-values Holm-adjusted across the whole scorecard, in the group reports Student-t ones within a group "
         "(docs/methods.md §9).",
         "Speed-up: images an arm needs to reach the baseline's FID at its last progress point (same sample count), "
         "per seed, interpolated in log FID between progress points; '>x' when a seed got there before its first "

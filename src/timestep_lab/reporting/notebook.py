@@ -155,7 +155,8 @@ def show_verdicts(verdicts_json: str | Path | None, ids: Iterable[str]) -> None:
         return
     table = pd.DataFrame([{header: r[key] for key, header in COLUMNS} for r in rows])
     display(Markdown("**Verdicts on the claims this report covers**, direction and size side by side (paired by "
-                     "seed, 95% t-interval, p Holm-adjusted across the whole scorecard as on `index.html`; "
+                     "seed, 95% interval and p on the scorecard's calibration (it holds under skewed seeds), p Holm-adjusted "
+                     "across the whole scorecard as on `index.html`; "
                      "docs/methods.md §9):"))
     display(HTML(table.to_html(index=False, escape=True)))
 

@@ -5,7 +5,8 @@ Input: ``verdicts.json`` (:func:`timestep_lab.workflow.collect.write_verdicts`, 
 "claims": [row, ...]}`` with per row the claim's record (``paper``, ``where``, ``status``,
 ``quote``, ``statement``, ``direction``, ``numbers``), both verdicts (``verdict``: direction;
 ``size_verdict`` + ``size_detail``) and, when the claim ran, ``n`` (paired seeds), ``diff``,
-``ci_low``, ``ci_high`` (95% t-interval of the mean paired difference, in ``units``), ``p_adj``
+``ci_low``, ``ci_high`` (95% interval of the mean paired difference on the family's calibration, in
+``units``), ``p_adj``
 (Holm across the scorecard's ``family_size`` comparisons), ``detectable`` (at that level,
 estimated from the sample SD), ``seeds_needed``, ``log`` (the same test on log-FID ratios),
 ``speedup`` (the censored per-seed label) and ``regime`` (baseline FID, floor, length); ``needs``
@@ -96,8 +97,9 @@ def regime_text(regime: Mapping[str, Any] | None) -> str:
 
 
 def size_text(row: Mapping[str, Any]) -> str:
-    """``"smaller at this length: ours 1.51x [1.19, 1.93] vs the paper's 3x"``; "no number in the
-    paper" when the source gives none; "" when the claim was not judged."""
+    """``"smaller at this length: ours 1.51x [1.19, 1.93] (5 seeds) vs the paper's 3x, band [2.00x,
+    4.50x] (...)"``, with the reason when not comparable; "no number in the paper" when the source
+    gives none; "" when the claim was not judged."""
     word = row.get("size_verdict")
     if row.get("verdict") in ("not run", "not judged at this length"):
         return ""
@@ -114,13 +116,20 @@ def _power(row: Mapping[str, Any], verdict: str) -> str:
     if verdict == "not judged at this length":
         return row.get("verdict_note") or ""
     det, level = _num(row.get("detectable")), _num(row.get("detectable_level"))
-    text = (f"detectable: |difference| >= {abs(det):.3g} at level {level:.2g} (80% power; estimated from the "
-            f"sample SD)" if math.isfinite(det) else "detectable: n/a (fewer than 2 paired seeds)")
+    n = row.get("n")
+    over = "models" if row.get("p_method") == "permutation" else "paired seeds"
+    if math.isfinite(det):
+        text = (f"detectable: |difference| >= {abs(det):.3g} at level {level:.2g} (80% power for normal "
+                f"differences; estimated from the sample SD over {n} {over})")
+    elif row.get("no_test"):
+        text = f"detectable: n/a ({row['no_test']})"
+    else:
+        text = f"detectable: n/a ({n} {over}: no spread to estimate it from)"
     need = row.get("seeds_needed")
     if need:
-        n = need.get("n")
-        text += f"; needs n = {n} seeds to resolve {need.get('effect')}" if n else \
-            f"; more than 200 seeds to resolve {need.get('effect')}"
+        k = need.get("n")
+        text += f"; needs n = {k} seeds to resolve {need.get('effect')}" if k else \
+            f"; more than {need.get('max_n', 200)} seeds to resolve {need.get('effect')}"
     return text
 
 
@@ -152,7 +161,7 @@ def scorecard_rows(verdicts: Mapping[str, Any], ids: Iterable[str] | None = None
         out.append({
             "id": str(row.get("id", "")), "paper": paper, "where": where, "status": status, "quote": quote,
             "statement": str(row.get("statement") or row.get("claim", "")),
-            "claim": f"{paper}, {where} ({status}): \u201c{quote}\u201d" if quote else paper,
+            "claim": f"{paper}, {where} ({status})" + (f": \u201c{quote}\u201d" if quote else ": no quote held"),
             "tested": f"{row.get('statement') or row.get('claim', '')}" + (f" ({row['direction']})" if row.get("direction") else ""),
             "difference": format_difference(row) if measured else "",
             "n": str(int(row["n"])) if measured and row.get("n") is not None else "",

@@ -154,9 +154,12 @@ def consistency_test(sets: dict[str, np.ndarray], controls: dict[str, np.ndarray
 
         * ``test``: ``paired - unpaired`` distance averaged over the model pairs (unpaired: row i
           against row i+1), with a jackknife-over-models interval (:func:`jackknife_over_models`)
-          and a permutation p: each model's sample seeds are permuted (one permutation per model,
-          shared by all its pairs, so pairs sharing a model stay dependent), ``permutations``
-          times; ``p = (1 + #{stat_perm <= stat}) / (1 + permutations)``.
+          and a two-sided permutation p: each model's sample seeds are permuted (one permutation
+          per model, shared by all its pairs, so pairs sharing a model stay dependent),
+          ``permutations`` times; ``p_less = (1 + #{stat_perm <= stat}) / (1 + permutations)``,
+          ``p_greater`` the same with ``>=``, ``p = min(1, 2 min(p_less, p_greater))``
+          (``alternative`` "two-sided": paired samples further apart than unpaired ones can be
+          told too, and contradict the claim).
         * ``controls``: per control, ``paired`` and ``unpaired`` distance of every model to it and
           ``closer_to_each_other``: per model pair, ``d(a, b) - (d(a, C) + d(b, C)) / 2`` on paired
           samples (negative: the models are closer to each other than to the control), with the
@@ -186,7 +189,12 @@ def consistency_test(sets: dict[str, np.ndarray], controls: dict[str, np.ndarray
         test = jackknife_over_models(names, per_pair)
         stat = np.mean([dist(a, b) for a, b in pairs])
         null = np.array([np.mean([dist(a, b, p[a], p[b]) for a, b in pairs]) for p in perms])
-        test["p"] = float((1 + (null <= stat).sum()) / (1 + permutations)) if permutations else None
+        if permutations:  # both sides: the claim can also be contradicted (paired samples further apart)
+            less = float((1 + (null <= stat).sum()) / (1 + permutations))
+            greater = float((1 + (null >= stat).sum()) / (1 + permutations))
+            test.update(p=min(1.0, 2 * min(less, greater)), p_less=less, p_greater=greater, alternative="two-sided")
+        else:
+            test["p"] = None
         test["p_adj"] = test["p"]
         test["paired"] = float(stat)
         test["unpaired"] = float(np.mean([dist(a, b, ident, shift) for a, b in pairs]))

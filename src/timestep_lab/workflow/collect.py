@@ -25,6 +25,7 @@ import pandas as pd
 
 from timestep_lab.artifacts.identity import describe, distinct, identity_key
 from timestep_lab.artifacts.io import atomic_path, atomic_write_json, read_json
+from timestep_lab.evidence.family import RULES
 from timestep_lab.evidence.stats import json_safe
 from timestep_lab.evidence.verdicts import (
     arm_of,
@@ -212,16 +213,7 @@ def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = No
     result = json_safe({
         "format": VERDICTS_FORMAT,
         "study": study,
-        "interval": "95% Student-t interval of the mean paired difference over seeds (arm - baseline)",
-        "verdict_rule": "direction: reproduced / contradicted when the interval excludes 0 on the claimed / the other "
-                        "side and the p-value, Holm-adjusted across every judged claim of the study (family), is "
-                        "< 0.05; inconclusive otherwise; not judged at this length: a claim about convergence in a "
-                        "study whose baseline has not stopped improving; not run: the study lacks the runs",
-        "size_rule": "consistent: the paper's number lies in our interval (or its range overlaps it); smaller / "
-                     "larger: our whole interval lies below / above it; not comparable: a different metric or "
-                     "question, or a censored bound that includes it (the reason is given)",
-        "detectable_rule": "true |difference| reproduced with 80% power at the family's Holm level alpha/m, "
-                           "estimated from the sample SD (calibrated for its spread at n)",
+        **RULES,
         "family": judged["family"],
         "floor": floor_data,
         "claims": judged["claims"],
