@@ -163,3 +163,67 @@ def test_the_index_says_which_level_computed_the_study_and_when_records_disagree
     assert arithmetic_lines(summary(None), "native") == ["Arithmetic: not recorded (records made before the code "
                                                          "recorded it)."]
     assert "some not recorded" in arithmetic_lines(summary(PORTABLE, None))[0]
+
+
+class _CpuSqrtCalls:
+    """A dispatch mode that lists every torch square root taken on the CPU (the op and where it
+    was called from): torch's CPU sqrt is MKL's VML, whose last bit depends on the CPU vendor
+    (timestep_lab/processes/exact.py), so no numeric path may take one."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        import torch
+
+        aten = torch.ops.aten
+        ops = {aten.sqrt.default, aten.sqrt.out, aten.sqrt_.default, aten._foreach_sqrt.default,
+               aten._foreach_sqrt_.default}
+        calls = self.calls = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                flat = [a for a in args if isinstance(a, torch.Tensor)] + [
+                    t for a in args if isinstance(a, (list, tuple)) for t in a if isinstance(t, torch.Tensor)]
+                root = func is aten.pow.Tensor_Scalar and abs(args[1]) == 0.5
+                if (func in ops or root) and any(t.device.type == "cpu" for t in flat):
+                    import traceback
+
+                    here = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in traceback.extract_stack()
+                            if "timestep_lab" in f.filename or "torch_fidelity" in f.filename or "cleanfid" in f.filename]
+                    calls.append((str(func), here[-1:]))
+                return func(*args, **kwargs)
+
+        self.mode = Mode()
+
+
+@pytest.mark.parametrize("sections", [
+    {},  # eps, uniform t
+    {"timesteps": {"name": "adaptive", "params": {"update_every": 2}}},
+    {"timesteps": {"name": "loss_second_moment"}, "weighting": {"name": "speed"}},
+    {"diffusion": {"kind": "flow", "prediction": "v"}, "timesteps": {"name": "logit_normal"},
+     "sample": {"method": "heun", "steps": 3}},
+], ids=["uniform", "adaptive", "loss-second-moment", "flow"])
+def test_training_sampling_and_scoring_take_no_cpu_sqrt_of_torchs(digits_dir, digits_test_dir, tiny_artifacts, tmp_path,
+                                                                  sections):
+    """Train (Adam included), sample and score a tiny run, and (once) train the digits CNN, with
+    every path's square roots watched: none may be torch's CPU sqrt, which would make the numbers
+    depend on the CPU vendor."""
+    from timestep_lab.cli import main
+    from timestep_lab.config import dump_config
+    from conftest import tiny_config
+
+    cfg = tiny_config(digits_dir, train={"total_kimg": 0.128, "log_every_kimg": 0.064, "checkpoint_every_kimg": 0.064,
+                                         "snapshot_every_kimg": 0.064}, **sections)
+    dump_config(cfg, tmp_path / "run.yaml")
+    watch = _CpuSqrtCalls()
+    common = ["--threads", "1", "--no-progress"]
+    with watch.mode:
+        assert main(["train", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "run"), *common]) == 0
+        assert main(["sample-score", "--model", str(tmp_path / "run" / "model.pt"), "--out", str(tmp_path / "s.npz"),
+                     "--reference", str(tiny_artifacts.reference), "--weights", str(tiny_artifacts.cnn),
+                     "--metrics", str(tmp_path / "m.json"), "--set", "sample.num_samples=8", *common]) == 0
+        if not sections:
+            assert main(["train-features", "--data", str(digits_dir), "--test-data", str(digits_test_dir),
+                         "--out", str(tmp_path / "cnn.pt"), "--epochs", "1", "--threads", "1"]) == 0
+    assert watch.calls == [], watch.calls[:10]

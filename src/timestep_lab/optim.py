@@ -110,13 +110,20 @@ def make_schedule(cfg: OptimConfig) -> OptimSchedule:
 
 
 def make_optimizer(params, cfg: OptimConfig, device: torch.device, schedule: OptimSchedule) -> torch.optim.Optimizer:
-    """Adam / AdamW with fused kernels on CUDA (``cfg.fused`` overrides) and foreach on CPU.
+    """Adam / AdamW with fused kernels on CUDA and on the CPU (``cfg.fused`` overrides; False: foreach).
 
     The learning rate and beta1 are the schedule's: it starts the optimizer at its values for 0
     images seen, and the training step (:meth:`OptimSchedule.apply`) sets them before every
-    step; ``cfg.lr`` reaches the optimizer only through the schedule (``lr_0``)."""
+    step; ``cfg.lr`` reaches the optimizer only through the schedule (``lr_0``).
+
+    Why fused on the CPU too: the foreach and single-tensor updates take ``sqrt(v)`` with
+    torch's CPU sqrt, which is MKL's VML ``vsSqrt``: not correctly rounded, and its last bit
+    depends on the CPU's approximate reciprocal-square-root instruction (QEMU's emulated CPUs
+    gave other bits than the AMD machine in 20% of values). The fused kernel takes the exact
+    ``sqrtps``, so an update is the same on every CPU of a reproducibility level
+    (docs/methods.md §13)."""
     cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[cfg.name]
-    fused = (device.type == "cuda") if cfg.fused is None else cfg.fused
+    fused = device.type in ("cuda", "cpu") if cfg.fused is None else cfg.fused
     lr, beta1 = schedule.values(0)
     kwargs = dict(lr=lr, betas=(beta1, cfg.betas[1]), eps=cfg.eps, weight_decay=cfg.weight_decay)
     if fused:

@@ -150,7 +150,7 @@ class OptimConfig:
     weight_decay: float = 0.0
     warmup_kimg: float = 0.0
     grad_clip: float | None = 1.0
-    fused: bool | None = None  # None: fused kernels on CUDA, foreach on CPU
+    fused: bool | None = None  # None: fused kernels on CUDA and CPU (exact sqrt: optim.make_optimizer), False: foreach
     schedule: ComponentConfig = field(default_factory=lambda: ComponentConfig("constant"))
 
     def __post_init__(self) -> None:

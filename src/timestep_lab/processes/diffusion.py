@@ -24,6 +24,8 @@ import math
 import torch
 from torch import Tensor
 
+from timestep_lab.processes import exact
+
 __all__ = ["GaussianDiffusion", "normal_kl", "discretized_gaussian_log_likelihood", "mean_flat"]
 
 
@@ -91,13 +93,13 @@ class GaussianDiffusion:
             "alpha_bar": ab,
             "alpha_bar_prev": ab_prev,
             "betas": betas,
-            "sqrt_ab": ab.sqrt(),
-            "sqrt_1m_ab": (1.0 - ab).sqrt(),
+            "sqrt_ab": exact.sqrt(ab),
+            "sqrt_1m_ab": exact.sqrt(1.0 - ab),
             "snr": ab / (1.0 - ab),
             "post_var": post_var,
             "post_logvar": post_logvar,
-            "post_c1": betas * ab_prev.sqrt() / (1.0 - ab),
-            "post_c2": (1.0 - ab_prev) * (1.0 - betas).sqrt() / (1.0 - ab),
+            "post_c1": betas * exact.sqrt(ab_prev) / (1.0 - ab),
+            "post_c2": (1.0 - ab_prev) * exact.sqrt(1.0 - betas) / (1.0 - ab),
             "model_logvar": torch.log(model_var),
         }
         self._cache: dict[tuple[str, torch.device], dict[str, Tensor]] = {}

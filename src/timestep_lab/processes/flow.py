@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.processes import exact
 
 __all__ = ["RectifiedFlow", "AB_FLOOR", "shift_sigma", "unshift_sigma"]
 
@@ -77,7 +78,7 @@ class RectifiedFlow:
         scale2 = (1.0 - sigma) ** 2 + sigma**2
         ab = ((1.0 - sigma) ** 2 / scale2).clamp(min=AB_FLOOR)
         self._sigmas = sigma
-        self._scale = scale2.sqrt()
+        self._scale = exact.sqrt(scale2)
         self._v_scale = (1.0 - sigma) ** 2
         self.chain = GaussianDiffusion(ab, self.variance)  # the equivalent VP chain (VLB terms)
         self._cache: dict[torch.device, dict[str, Tensor]] = {}

@@ -41,6 +41,7 @@ from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.errors import InputError
 from timestep_lab.generate.sampling import Chain, GroundTruth, StackedGenerator, reverse_step
 from timestep_lab.processes.timeranges import scale_range
+from timestep_lab.processes import exact
 
 __all__ = ["posterior_coefficients", "replacement_ranges", "range_label", "ContributionArm", "contribution_arms",
            "branched_samples", "heldout_distance"]
@@ -56,7 +57,7 @@ def posterior_coefficients(diffusion: GaussianDiffusion) -> dict[str, Any]:
     c1 = diffusion._coefs64["post_c1"]
     c2 = diffusion._coefs64["post_c2"]
     ab = diffusion.alpha_bar
-    share = c1 / (c1 + c2 * ab.sqrt())
+    share = c1 / (c1 + c2 * exact.sqrt(ab))
     return {"t": list(range(diffusion.T)), "c1": [float(x) for x in c1], "c2": [float(x) for x in c2],
             "alpha_bar": [float(x) for x in ab], "beta": [float(x) for x in diffusion.betas],
             "x0_share": [float(x) for x in share]}

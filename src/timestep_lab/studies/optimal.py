@@ -41,6 +41,7 @@ from torch import Tensor
 
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.studies.profile import PROFILE_FORMAT, _images_array, profile_bank, profile_timesteps
+from timestep_lab.processes import exact
 
 __all__ = ["EmpiricalDenoiser", "GaussianDenoiser", "optimal_profile"]
 
@@ -73,7 +74,7 @@ class EmpiricalDenoiser:
         for s in range(0, B, self.chunk):
             xs, a = x[s:s + self.chunk], ab[s:s + self.chunk, None]
             # ||x - sqrt(a) y||^2 = ||x||^2 - 2 sqrt(a) x.y + a ||y||^2; ||x||^2 is constant per row
-            logits = (2 * a.sqrt() * (xs @ self.y.T) - a * self.y_sq[None]) / (2 * (1 - a))
+            logits = (2 * exact.sqrt(a) * (xs @ self.y.T) - a * self.y_sq[None]) / (2 * (1 - a))
             out[s:s + self.chunk] = torch.softmax(logits, dim=1) @ self.y
         return out.reshape(B, *self.shape)
 
@@ -98,8 +99,8 @@ class GaussianDenoiser:
         B = x_t.shape[0]
         x = x_t.detach().double().cpu().reshape(B, -1)
         ab = self.diffusion.alpha_bar[t.cpu()].double()[:, None]  # [B, 1]
-        gain = ab.sqrt() * self.lam[None] / (ab * self.lam[None] + 1 - ab)  # [B, D] in the eigenbasis
-        z = (x - ab.sqrt() * self.mu[None]) @ self.u
+        gain = exact.sqrt(ab) * self.lam[None] / (ab * self.lam[None] + 1 - ab)  # [B, D] in the eigenbasis
+        z = (x - exact.sqrt(ab) * self.mu[None]) @ self.u
         return (self.mu[None] + (gain * z) @ self.u.T).reshape(B, *self.shape)
 
     @torch.no_grad()

@@ -39,6 +39,7 @@ from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.errors import InputError
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_json, read_json
 from timestep_lab.processes.predictions import Prediction
+from timestep_lab.processes import exact
 
 __all__ = [
     "PROFILE_FORMAT",
@@ -152,7 +153,7 @@ def _forward_stats(net: nn.Module, diffusion: GaussianDiffusion, prediction: Pre
             sq[k].index_add_(0, ti, v * v)
     mean = {k: sums[k] / n for k in names}
     var = {k: (sq[k] / n - mean[k] ** 2).clamp(min=0.0) * (n / max(n - 1, 1)) for k in names}
-    return {**mean, **{f"{k}_sem": (var[k] / n).sqrt() for k in names}}
+    return {**mean, **{f"{k}_sem": exact.sqrt(var[k] / n) for k in names}}
 
 
 def _grad_norms(net: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, x0: Tensor, eps: Tensor,

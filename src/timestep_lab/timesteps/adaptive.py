@@ -80,6 +80,7 @@ from torch import Tensor, nn
 from timestep_lab.registry import check_range
 from timestep_lab.timesteps.base import TimestepSampler, discrete_cdf_pmf
 from timestep_lab.timesteps.registry import SAMPLERS
+from timestep_lab.processes import exact
 
 __all__ = ["AdaptiveParams", "AdaptiveSampler", "BetaPolicy", "sample_beta_logit", "beta_log_prob", "beta_entropy"]
 
@@ -157,7 +158,7 @@ def _log_gamma_variate(a: Tensor, generator: torch.Generator) -> Tensor:
     """log of Gamma(a, 1) variates (Marsaglia & Tsang 2000 for shape a + 1, then U^(1/a))."""
     shape = a.shape + (GAMMA_PROPOSALS,)
     d = (a + 1.0 - 1.0 / 3.0).unsqueeze(-1)
-    c = 1.0 / torch.sqrt(9.0 * d)
+    c = 1.0 / exact.sqrt(9.0 * d)
     x = torch.randn(shape, generator=generator, device=a.device, dtype=a.dtype)
     u = torch.rand(shape, generator=generator, device=a.device, dtype=a.dtype)
     v = (1.0 + c * x) ** 3
@@ -239,7 +240,7 @@ class AdaptiveSampler(TimestepSampler):
         self.policy.reset_parameters(torch.Generator().manual_seed(self.params.seed))
         _f_test_top_k(None, None, 0)  # imports scikit-learn (~2 s) here, not inside a timed update
         self.image_shape = tuple(int(s) for s in shape)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.params.lr)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.params.lr, fused=True)  # exact sqrt (optim.py)
 
     def sample(self, batch_size, generator, x0=None):
         if x0 is None:

@@ -34,6 +34,7 @@ from torch import Tensor
 from timestep_lab.registry import check_range
 from timestep_lab.timesteps.base import TimestepSampler, cdf_table, importance_weights, inverse_cdf
 from timestep_lab.timesteps.registry import SAMPLERS
+from timestep_lab.processes import exact
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class LossSecondMomentSampler(TimestepSampler):
 
     def _refresh(self) -> None:
         """Recompute p, its CDF and the importance weights from the history (device ops only)."""
-        w = self.losses.pow(2).mean(dim=1).sqrt()
+        w = exact.sqrt(self.losses.pow(2).mean(dim=1))
         p = w / w.sum().clamp_min(1e-300)
         p = (1.0 - self.uniform_prob) * p + self.uniform_prob / self.T
         warm = (self.seen >= self.history).all()

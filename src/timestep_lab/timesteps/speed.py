@@ -38,6 +38,7 @@ from torch import Tensor
 from timestep_lab.registry import check_range
 from timestep_lab.timesteps.base import TimestepSampler, cdf_table, inverse_cdf
 from timestep_lab.timesteps.registry import SAMPLERS
+from timestep_lab.processes import exact
 
 DUAL_GRAD_THRESHOLD = 1e-4  # the official code's constant
 
@@ -57,7 +58,7 @@ class SpeedParams:
 def dual_offset(alpha_bar: Tensor) -> int:
     """``m = 1 + min{t : d/dt sqrt(1 - ab_t) < 1e-4}``, clamped to ``T - 1`` (``T - 1`` if none)."""
     T = alpha_bar.numel()
-    g = torch.gradient((1.0 - alpha_bar.double()).sqrt())[0]
+    g = torch.gradient(exact.sqrt(1.0 - alpha_bar.double()))[0]
     below = torch.nonzero(g < DUAL_GRAD_THRESHOLD)
     return min(int(below[0]) + 1, T - 1) if len(below) else T - 1
 
