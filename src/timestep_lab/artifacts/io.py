@@ -320,12 +320,22 @@ def load_torch(path: str | Path, map_location: Any = "cpu", check: Callable[[Any
         if want is None and str(obj.get("format", "")).startswith("timestep_lab."):
             raise ArtifactError(f"{path}: carries no content checksum (not written by this version of "
                                 f"timestep_lab); write it again")
-        if want is not None and content_sha256(obj) != want:
+        if want is not None and _content_sha256(path, obj) != want:
             raise ArtifactError(f"{path}: corrupted: the sha256 of its content differs from the one recorded when "
                                 f"it was written")
     if check is not None:
         check(obj)
     return obj
+
+
+def _content_sha256(path: Path, obj: Any) -> str:
+    """:func:`content_sha256` of a loaded dict; a tensor that a damaged pickle rebuilt with
+    impossible strides is an :class:`ArtifactError` naming the file."""
+    try:
+        return content_sha256(obj)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise ArtifactError(f"{path}: corrupted checkpoint (a tensor cannot be read back: "
+                            f"{str(exc).splitlines()[0][:200]})") from None
 
 
 def peek_torch(path: str | Path) -> Any:
@@ -339,8 +349,57 @@ def peek_torch(path: str | Path) -> Any:
     return obj
 
 
+#: what torch's restricted unpickler says when a pickle names a Python object it will not build
+#: (code could run on load); any other complaint of it (an unknown opcode, a bad memo index, a
+#: "function" that is a string) is a damaged file
+_UNSAFE_MARKERS = ("Unsupported global", "was not an allowed global", "Unsupported class")
+
+
+def _unpickler_detail(msg: str) -> str:
+    """The restricted unpickler's own complaint inside torch's message, without torch's preamble
+    (which advises loading with ``weights_only=False``: never our advice)."""
+    _, sep, rest = msg.partition("WeightsUnpickler error:")
+    text = rest if sep else msg
+    text = text.split("Check the documentation of torch.load")[0]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    detail = lines[0] if lines else ""
+    return detail.split(" was not an allowed global")[0][:200]
+
+
+def _names_nothing(detail: str) -> bool:
+    """Whether the global a pickle names (``Unsupported global: GLOBAL pkg.mod.name``) names
+    nothing that exists: a flipped bit in ``torch._utils._rebuild_tensor_v2``, say, which is a
+    damaged file rather than a pickle that would run code. Nothing is imported to find out: a
+    top-level package is looked up without importing it, and a dotted name is resolved only
+    through modules this process has already imported (anything else counts as existing)."""
+    import importlib.util
+    import sys
+
+    name = detail.rsplit("GLOBAL", 1)[-1].strip() if "GLOBAL" in detail else ""
+    parts = name.split(".")
+    if not name or not all(p.isidentifier() for p in parts):
+        return bool(name)
+    try:
+        if importlib.util.find_spec(parts[0]) is None:
+            return True
+    except (ImportError, ValueError):
+        return True
+    for i in range(len(parts) - 1, 0, -1):  # the longest prefix that is an imported module
+        module = sys.modules.get(".".join(parts[:i]))
+        if module is not None:
+            obj = module
+            for attr in parts[i:]:
+                if not hasattr(obj, attr):
+                    return True
+                obj = getattr(obj, attr)
+            return False
+    return False
+
+
 def _torch_load(path: Path, **kwargs: Any) -> Any:
-    """``torch.load(path, weights_only=True, **kwargs)`` with every failure an error naming the file."""
+    """``torch.load(path, weights_only=True, **kwargs)`` with every failure an error naming the
+    file: :class:`UnsafeCheckpointError` when the pickle names a Python object (code could run on
+    load), :class:`ArtifactError` for anything else (truncated, a flipped bit, not a checkpoint)."""
     import pickle
 
     import torch
@@ -351,16 +410,16 @@ def _torch_load(path: Path, **kwargs: Any) -> Any:
         return torch.load(path, weights_only=True, **kwargs)
     except pickle.UnpicklingError as exc:
         msg = str(exc)
-        if "weights_only" in msg.lower() or "Unsupported global" in msg or "GLOBAL" in msg:
-            detail = next((ln.strip() for ln in msg.splitlines() if "Unsupported" in ln or "GLOBAL" in ln),
-                          msg.splitlines()[0] if msg else "")
-            detail = detail.split(" was not an allowed global")[0].replace("WeightsUnpickler error: ", "")
+        detail = _unpickler_detail(msg)
+        if any(m in msg for m in _UNSAFE_MARKERS) and not _names_nothing(detail):
             raise UnsafeCheckpointError(
                 f"{path}: refused to load: the file contains pickled Python objects that could run "
                 f"code on load (only tensors and plain containers are allowed; found {detail}). If you "
                 f"trust it, convert it to a plain state dict first."
             ) from None
-        raise ArtifactError(f"{path}: corrupted checkpoint ({msg.splitlines()[0] if msg else exc!r})") from None
-    except (RuntimeError, EOFError, ValueError, OSError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else repr(exc)
-        raise ArtifactError(f"{path}: corrupted or truncated checkpoint ({first})") from None
+        raise ArtifactError(f"{path}: corrupted checkpoint (its pickle cannot be read: {detail or 'unreadable'})") from None
+    except MemoryError:
+        raise ArtifactError(f"{path}: corrupted checkpoint (it claims more memory than this machine has)") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in any of pickle's own ways (KeyError, IndexError, ...)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ArtifactError(f"{path}: corrupted or truncated checkpoint, or not a checkpoint ({first[:200]})") from None

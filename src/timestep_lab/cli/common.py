@@ -168,9 +168,12 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
     data, kind = {}, "gaussian"  # pretrained formats are Gaussian diffusions
     if fmt == "timestep_lab":
         obj = peek_torch(model)
-        embedded = obj.get("config", {}) if isinstance(obj, dict) else {}
-        data = dict(embedded.get("sample", {}) or {})
-        kind = (embedded.get("diffusion") or {}).get("kind", "gaussian")
+        embedded = obj.get("config") if isinstance(obj, dict) else None
+        embedded = embedded if isinstance(embedded, dict) else {}  # a bad one is refused by name when loaded
+        sample = embedded.get("sample")
+        data = dict(sample) if isinstance(sample, dict) else {}
+        diffusion = embedded.get("diffusion")
+        kind = diffusion.get("kind", "gaussian") if isinstance(diffusion, dict) else "gaussian"
     if config:
         data.update(load_yaml(config).get("sample", {}) or {})
     data = apply_overrides({"sample": data}, overrides)["sample"]
