@@ -79,3 +79,55 @@ def test_a_manifest_that_is_not_an_object_is_one_error_line(tiny_artifacts, digi
     line = _error_line(["train", "--config", tiny_artifacts.config, "--set", f"data.path={tmp_path / 'list'}",
                         "--out", tmp_path / "run", "--no-progress"], capsys)
     assert f"{tmp_path / 'list' / 'manifest.json'}: not a manifest" in line  # before: AttributeError, a traceback
+
+
+# ------------------------------------------------------------------ 9: damaged checkpoints read as damage
+
+
+def _pickle_offset(model: Path) -> int:
+    """Where the pickle (``archive/data.pkl``, stored uncompressed) starts in a torch archive."""
+    info = next(i for i in zipfile.ZipFile(model).infolist() if i.filename.endswith("data.pkl"))
+    raw = model.read_bytes()
+    name_len, extra_len = int.from_bytes(raw[info.header_offset + 26:info.header_offset + 28], "little"), \
+        int.from_bytes(raw[info.header_offset + 28:info.header_offset + 30], "little")
+    return info.header_offset + 30 + name_len + extra_len
+
+
+def test_a_flipped_bit_in_a_model_pickle_is_corruption_not_an_unsafe_pickle(tiny_artifacts, tmp_path, capsys):
+    """Before: a bit flip in a global's name or an opcode was "refused to load: ... pickled Python
+    objects that could run code" (torch's message advises weights_only=False); some flips ended
+    in a KeyError/IndexError/TypeError traceback."""
+    from timestep_lab.artifacts.io import ArtifactError, UnsafeCheckpointError, load_torch
+
+    model = tiny_artifacts.run / "model.pt"
+    raw, start = model.read_bytes(), _pickle_offset(model)
+    pkl = zipfile.ZipFile(model).read("archive/data.pkl")
+    flips = {"global name": pkl.index(b"_rebuild_tensor_v2") + 3, "protocol": 0, "opcode": pkl.index(b"X\x06"),
+             "string length": pkl.index(b"X\x06") + 1}
+    for case, pos in flips.items():
+        bad = tmp_path / f"{case.replace(' ', '-')}.pt"
+        bad.write_bytes(raw[:start + pos] + bytes([raw[start + pos] ^ 0x01]) + raw[start + pos + 1:])
+        with pytest.raises(ArtifactError) as caught:
+            load_torch(bad)
+        assert not isinstance(caught.value, UnsafeCheckpointError), (case, caught.value)
+        assert "corrupted" in str(caught.value) and "weights_only" not in str(caught.value), (case, caught.value)
+    # a text file as a fine-tuning source (before: KeyError from pickle's memo, a traceback)
+    (tmp_path / "notes.pt").write_text("hello\n")
+    line = _error_line(["train", "--config", tiny_artifacts.config, "--set", f"train.init_from={tmp_path / 'notes.pt'}",
+                        "--out", tmp_path / "ft", "--no-progress"], capsys)
+    assert f"{tmp_path / 'notes.pt'}: corrupted or truncated checkpoint, or not a checkpoint" in line
+
+
+def test_bad_model_metadata_is_one_error_line_naming_the_item(tiny_artifacts, tmp_path, capsys):
+    """A model.pt re-saved (valid checksum) with metadata of the wrong type: before, a TypeError or
+    AttributeError traceback from the network code, or a sample drawn from nimg -3."""
+    from timestep_lab.artifacts.io import load_torch, save_torch
+
+    obj = load_torch(tiny_artifacts.run / "model.pt")
+    for key, value in {"image_size": "8", "config": [1], "nimg": -3, "ema": 5, "channels": 0}.items():
+        bad = tmp_path / f"{key}.pt"
+        save_torch({**obj, key: value}, bad)
+        line = _error_line(["sample", "--model", bad, "--out", tmp_path / "s.npz", "--set", "sample.num_samples=2",
+                            "--no-progress"], capsys)
+        assert f"{bad}: bad metadata: '{key}'" in line, line
+    assert not (tmp_path / "s.npz").exists()
