@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import struct
 import tempfile
 import zipfile
@@ -352,18 +353,18 @@ def peek_torch(path: str | Path) -> Any:
 #: what torch's restricted unpickler says when a pickle names a Python object it will not build
 #: (code could run on load); any other complaint of it (an unknown opcode, a bad memo index, a
 #: "function" that is a string) is a damaged file
-_UNSAFE_MARKERS = ("Unsupported global", "was not an allowed global", "Unsupported class")
+_UNSAFE_MARKERS = ("unsupported global", "was not an allowed global", "unsupported class", "whose module")
+#: torch's own lines around that complaint: its advice to load with weights_only=False (never ours)
+_TORCH_PREAMBLE = ("weights only load failed", "weights_only", "please file an issue", "check the documentation")
 
 
 def _unpickler_detail(msg: str) -> str:
     """The restricted unpickler's own complaint inside torch's message, without torch's preamble
-    (which advises loading with ``weights_only=False``: never our advice)."""
-    _, sep, rest = msg.partition("WeightsUnpickler error:")
-    text = rest if sep else msg
-    text = text.split("Check the documentation of torch.load")[0]
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    detail = lines[0] if lines else ""
-    return detail.split(" was not an allowed global")[0][:200]
+    (which advises loading with ``weights_only=False``)."""
+    text = msg.partition("WeightsUnpickler error:")[2] or msg
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not any(p in ln.lower() for p in _TORCH_PREAMBLE)]
+    return (lines[0] if lines else "").split(" was not an allowed global")[0][:200]
 
 
 def _names_nothing(detail: str) -> bool:
@@ -375,7 +376,8 @@ def _names_nothing(detail: str) -> bool:
     import importlib.util
     import sys
 
-    name = detail.rsplit("GLOBAL", 1)[-1].strip() if "GLOBAL" in detail else ""
+    found = re.search(r"GLOBAL\s+(\S+)", detail)
+    name = found.group(1) if found else ""
     parts = name.split(".")
     if not name or not all(p.isidentifier() for p in parts):
         return bool(name)
@@ -411,7 +413,7 @@ def _torch_load(path: Path, **kwargs: Any) -> Any:
     except pickle.UnpicklingError as exc:
         msg = str(exc)
         detail = _unpickler_detail(msg)
-        if any(m in msg for m in _UNSAFE_MARKERS) and not _names_nothing(detail):
+        if any(m in msg.lower() for m in _UNSAFE_MARKERS) and not _names_nothing(detail):
             raise UnsafeCheckpointError(
                 f"{path}: refused to load: the file contains pickled Python objects that could run "
                 f"code on load (only tensors and plain containers are allowed; found {detail}). If you "
