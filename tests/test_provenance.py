@@ -9,7 +9,7 @@ In process (``main(argv)``) and on tiny files: no Snakemake study here.
 
 from __future__ import annotations
 
-import io
+import hashlib
 import json
 import shutil
 import zipfile
@@ -131,3 +131,71 @@ def test_bad_model_metadata_is_one_error_line_naming_the_item(tiny_artifacts, tm
                             "--no-progress"], capsys)
         assert f"{bad}: bad metadata: '{key}'" in line, line
     assert not (tmp_path / "s.npz").exists()
+
+
+# ------------------------------------------------------------------ 1: a training state resumes only its own run
+
+
+def _remake_with_other_content(folder: Path) -> None:
+    """``folder`` prepared again with other images under the same path and image count (the images
+    in reverse order), as `prepare` writes it: a new images.npy and a manifest naming its sha256."""
+    from timestep_lab.artifacts.io import sha256_file
+
+    images = np.load(folder / "images.npy")[::-1].copy()
+    np.save(folder / "images.npy", images)
+    np.save(folder / "labels.npy", np.load(folder / "labels.npy")[::-1].copy())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest.update(images_sha256=sha256_file(folder / "images.npy"), labels_sha256=sha256_file(folder / "labels.npy"))
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _outputs_deleted(out: Path) -> None:
+    """What Snakemake does before it reruns a train job: its outputs go, train_state/ stays."""
+    (out / "model.pt").unlink()
+    (out / "train_log.jsonl").unlink()
+    shutil.rmtree(out / "snapshots", ignore_errors=True)
+
+
+def test_a_training_state_resumes_only_with_its_data_config_and_parent(digits_dir, tmp_path, caplog):
+    """Before: the state was keyed to the config alone, so a rerun after the data was re-made
+    "resumed" the finished state and republished the old weights after 0 steps; a shorter
+    total_kimg kept the longer model under the shorter label; a fine-tune whose parent was
+    retrained resumed on the old parent's weights."""
+    from timestep_lab.artifacts.io import load_torch
+    from timestep_lab.train import train
+
+    data = shutil.copytree(digits_dir, tmp_path / "data")
+    cfg = tiny_config(data, train={"total_kimg": 0.32})
+    out = tmp_path / "run"
+    assert train(cfg, out, progress=False).nimg == 320
+    first = (out / "model.pt").read_bytes()
+    inputs = load_torch(out / "model.pt")["inputs"]
+    assert inputs["data"]["images_sha256"] == json.loads((data / "manifest.json").read_text())["images_sha256"]
+    assert load_torch(out / "train_state" / "checkpoint.pt")["inputs"] == inputs and inputs["init_sha256"] is None
+
+    _remake_with_other_content(data)
+    _outputs_deleted(out)
+    with caplog.at_level("WARNING", logger="timestep_lab"):
+        res = train(cfg, out, progress=False)
+    assert "train_state/ was trained on other data (images sha256" in caplog.text and "set aside" in caplog.text
+    assert res.nimg == 320 and (out / "model.pt").read_bytes() != first  # trained afresh on the new images
+    assert len(Path(out / "train_log.jsonl").read_text().splitlines()) == 2  # both log intervals: not 0 steps
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="timestep_lab"):
+        short = train(tiny_config(data, train={"total_kimg": 0.16}), out, progress=False)
+    assert "is at 0.32 kimg, past train.total_kimg=0.16" in caplog.text
+    assert short.nimg == 160 and load_torch(out / "model.pt")["nimg"] == 160
+
+    # a fine-tune resumes only from a state of the same parent model
+    parent, ft = tmp_path / "parent.pt", tmp_path / "ft"
+    shutil.copyfile(out / "model.pt", parent)
+    ft_cfg = tiny_config(data, train={"total_kimg": 0.32, "init_from": str(parent)})
+    train(ft_cfg, ft, progress=False, stop_after_kimg=0.16)
+    parent.write_bytes(first)  # the parent retrained: other weights under the same path
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="timestep_lab"):
+        train(ft_cfg, ft, progress=False)
+    assert "train_state/ started from another model (train.init_from sha256" in caplog.text
+    assert load_torch(ft / "model.pt")["inputs"]["init_sha256"] == hashlib.sha256(first).hexdigest()
+

@@ -51,6 +51,7 @@ from timestep_lab.train.files import (
     ema_state_dict,
     publish,
     read_resume_checkpoint,
+    run_inputs,
     snapshot_name,
     truncate_log,
 )
@@ -98,8 +99,8 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         None writes none.
     :param code: the code identity of this process (:mod:`timestep_lab.artifacts.identity`, given by the
         entry point), written into every ``train_log.jsonl`` record: a run resumed under other
-        code says so record by record. Not in ``model.pt``, whose bytes depend on the config
-        and seed only.
+        code says so record by record. Not in ``model.pt``, whose bytes depend on the config,
+        seed, data and parent model only.
     :raises NonFiniteLossError: when the loss becomes NaN/inf and ``train.on_nonfinite`` is ``fail``.
     """
     # one writer per run folder: rank 0 holds out_dir/.lock for the whole run (a second writer
@@ -150,6 +151,9 @@ class _Run:
     def __init__(self, cfg: RunConfig, paths: RunPaths, ts: TrainStep, world: World, code: Mapping[str, Any] | None):
         self.cfg, self.paths, self.ts, self.world, self.code = cfg, paths, ts, world, code
         tc = cfg.train
+        #: what the run is made from (config, data content, parent model), recorded in every
+        #: checkpoint, snapshot and model.pt; a checkpoint resumes only with the same (.files)
+        self.inputs = run_inputs(cfg, ts.data.identity)
         #: the log, checkpoint and snapshot intervals in images (None: never)
         self.every = {k: int(round(getattr(tc, f"{k}_every_kimg") * 1000)) if getattr(tc, f"{k}_every_kimg") else None
                       for k in ("log", "checkpoint", "snapshot")}
@@ -165,7 +169,7 @@ class _Run:
         ``train.init_from``, an empty state folder. Writes the resolved config. Returns the
         checkpoint read, or None."""
         cfg, paths, ts, world, tc = self.cfg, self.paths, self.ts, self.world, self.cfg.train
-        ckpt = read_resume_checkpoint(paths, cfg, set_aside_stale=world.is_main) if resume else None
+        ckpt = read_resume_checkpoint(paths, cfg, self.inputs, set_aside_stale=world.is_main) if resume else None
         if ckpt is not None:
             ts.net.load_state_dict(ckpt["model"])
             ts.ema.load_state_dict(ckpt["ema"])
@@ -267,7 +271,7 @@ class _Run:
                 "channels": ts.data.channels, "model": ts.net.state_dict(), "ema": ts.ema.state_dict(),
                 "optimizer": ts.optimizer.state_dict(), "sampler": ts.sampler.state_dict(),
                 "stream": ts.stream.state_dict(), "generator": ts.gen.get_state(), "acc": ts.acc.state_dict(),
-                "nimg": ts.nimg, "step": ts.steps_done,
+                "nimg": ts.nimg, "step": ts.steps_done, "inputs": self.inputs,
                 "wall_time_s": self.wall_before + (time.perf_counter() - self.t_start),
             }, self.paths.checkpoint)
         self.world.barrier()
@@ -277,7 +281,7 @@ class _Run:
         if self.world.is_main:
             snap = {"format": SNAPSHOT_FORMAT, "config": config_to_dict(self.cfg), "image_size": ts.data.resolution,
                     "channels": ts.data.channels, "ema": ema_state_dict(ts.net, ts.ema), "nimg": ts.nimg,
-                    "step": ts.steps_done}
+                    "step": ts.steps_done, "inputs": self.inputs}
             if isinstance(ts.prediction, MixedPrediction):  # a snapshot samples like model.pt: with its own head table
                 snap["mixed_head_errors"], snap["mixed_head_per_t"] = self._snapshot_heads(snap["ema"])
             save_torch(snap, self.paths.state_snapshots / snapshot_name(ts.nimg))
@@ -346,7 +350,7 @@ class _Run:
                  "channels": data.channels, "model": {k: v.detach().cpu() for k, v in net.state_dict().items()},
                  "ema": ema_state_dict(net, ema), "nimg": nimg, "step": ts.steps_done, "status": status,
                  "message": message, "final_loss": last_rec["loss"] if last_rec else None,
-                 "torch_version": str(torch.__version__)}
+                 "torch_version": str(torch.__version__), "inputs": self.inputs}
         # no wall time in model.pt: identical runs must give identical bytes (and hashes); the
         # time is in train_log.jsonl
         if isinstance(ts.prediction, MixedPrediction) and status == "ok":
