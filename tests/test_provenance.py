@@ -199,3 +199,40 @@ def test_a_training_state_resumes_only_with_its_data_config_and_parent(digits_di
     assert "train_state/ started from another model (train.init_from sha256" in caplog.text
     assert load_torch(ft / "model.pt")["inputs"]["init_sha256"] == hashlib.sha256(first).hexdigest()
 
+
+# ------------------------------------------------------------------ 2: a model is scored only as its own run
+
+
+def test_a_model_is_scored_only_as_the_run_it_was_trained_as(tiny_artifacts, digits_dir, tmp_path, capsys):
+    """Before: nothing compared the model's embedded config with the run's run.yaml, so a model file
+    of another run (or a longer run, or one trained on other data) was scored as this run."""
+    import yaml
+
+    from timestep_lab.artifacts.io import ArtifactError
+    from timestep_lab.checkpoints.provenance import check_run_model
+    from timestep_lab.train import train
+
+    a = tiny_artifacts
+    run = yaml.safe_load(a.config.read_text())
+    data = {"images_sha256": json.loads((digits_dir / "manifest.json").read_text())["images_sha256"]}
+    # its own model passes, as trained (train.on_nonfinite and the sample section do not name the run)
+    check_run_model(a.run / "model.pt", {**run, "train": {**run["train"], "on_nonfinite": "record"},
+                                         "sample": {"num_samples": 7}}, "run.yaml", data=data)
+    for snap in sorted((a.run / "snapshots").glob("snapshot-*.pt")):
+        check_run_model(snap, run, "run.yaml", data=data)
+    other = tmp_path / "other"
+    train(tiny_config(digits_dir, train={"total_kimg": 0.032, "seed": 5}), other, progress=False)
+    line = _error_line(["sample-score", "--model", other / "model.pt", "--out", tmp_path / "s.npz", "--reference",
+                        a.reference, "--weights", a.cnn, "--metrics", tmp_path / "m.json", "--run-config", a.config,
+                        "--set", "sample.num_samples=4", "--no-progress"], capsys)
+    assert f"{other / 'model.pt'}: not a model of the run {a.config}: its config differs (train.seed: 5 here, 0" in line
+    assert "train.total_kimg: 0.032 here, 0.32 in the run" in line
+    assert not (tmp_path / "s.npz").exists() and not (tmp_path / "m.json").exists()
+    line = _error_line(["evaluate-snapshots", "--models", other / "model.pt", "--reference", a.reference, "--weights",
+                        a.cnn, "--out", tmp_path / "p.json", "--run-config", a.config, "--no-progress"], capsys)
+    assert "not a model of the run" in line
+    with pytest.raises(ArtifactError, match="trained on other data than the reference statistics describe"):
+        check_run_model(a.run / "model.pt", run, "run.yaml", data={"images_sha256": "0" * 64})
+    longer = {**run, "train": {**run["train"], "total_kimg": 0.16}}  # the run is shorter than its snapshots
+    with pytest.raises(ArtifactError, match="past the run's train.total_kimg=0.16"):
+        check_run_model(a.run / "snapshots" / "snapshot-000000320.pt", longer, "run.yaml", data=data)

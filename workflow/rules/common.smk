@@ -126,6 +126,17 @@ def model_input(run):
     return [model_path(run)]
 
 
+def run_yaml(run):
+    """The run.yaml of a run trained here as an input list (``[]`` for a pretrained reference): a
+    scoring job checks the model it scores against it (``--run-config``)."""
+    return [f"{run_dir(run)}/run.yaml"] if run in trained_runs() else []
+
+
+def run_config_opt(wildcards, input):
+    """``--run-config=<run.yaml>``: score the model only as the run it was trained as (or nothing)."""
+    return W.opt("--run-config", input.runcfg[0] if input.get("runcfg") else None)
+
+
 def init_model(wildcards):
     run = RUNS[wildcards.run]
     return model_input(run.init_from) if run.init_from else []

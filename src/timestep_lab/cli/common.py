@@ -35,6 +35,7 @@ from timestep_lab.artifacts.io import peek_torch
 __all__ = [
     "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "checkpoint_args", "config_args", "runtime_args", "load_run_config", "eval_config",
     "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
+    "run_config_arg", "check_run_models",
 ]
 
 log = logging.getLogger("timestep_lab")
@@ -182,6 +183,31 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
 
     check_method(cfg.method, kind, f"{model} sample settings")
     return cfg
+
+
+def run_config_arg(p: argparse.ArgumentParser) -> None:
+    """``--run-config``: the run a model file is scored as (the workflow passes the run's run.yaml)."""
+    p.add_argument("--run-config", type=Path, default=None,
+                   help="the run's run.yaml: score the model only if it was trained as this run (its embedded "
+                        "config, and its data is the reference's)")
+
+
+def check_run_models(models, run_config: Path | None, reference, fmt: str = "timestep_lab") -> None:
+    """With ``--run-config``: every model file must be a model of that run trained on the data the
+    ``reference`` statistics describe (:func:`timestep_lab.checkpoints.provenance.check_run_model`);
+    the first that is not fails the command, naming itself and what differs."""
+    if run_config is None:
+        return
+    if fmt != "timestep_lab":
+        raise ConfigError(f"--run-config {run_config}: only a timestep_lab model records the run it belongs to "
+                          f"(--format {fmt})")
+    from timestep_lab.checkpoints.provenance import check_run_model  # imports torch: not at start-up
+
+    run = load_yaml(run_config)
+    if not isinstance(run, dict):
+        raise ConfigError(f"{run_config}: not a run config (a mapping is expected)")
+    for model in models:
+        check_run_model(model, run, str(run_config), data=reference.meta.get("data"))
 
 
 def code_identity() -> dict:

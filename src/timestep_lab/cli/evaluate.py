@@ -14,12 +14,14 @@ from pathlib import Path
 
 from timestep_lab.cli.common import (
     at_least,
+    check_run_models,
     code_identity,
     command,
     config_args,
     device,
     eval_config,
     log,
+    run_config_arg,
     runtime_args,
     sample_config,
 )
@@ -61,6 +63,7 @@ def _evaluate_snapshots_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
     p.add_argument("--events", type=Path, default=None,
                    help="also write FID against images seen as TensorBoard event files into this folder (the run's)")
+    run_config_arg(p)
     config_args(p)
     runtime_args(p)
 
@@ -80,6 +83,10 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     if not models:
         raise ConfigError("give --snapshots DIR and/or --models FILE ...")
     cfg = eval_config(args, allowed=("eval", "sample"))
+    if args.run_config is not None:  # every snapshot must be of this run, before any is sampled
+        from timestep_lab.metrics import load_reference
+
+        check_run_models(models, args.run_config, load_reference(args.reference))
     sample_overrides = [o for o in args.overrides if o.startswith("sample.")]
     with contextlib.closing(fid_events(args.events)) if args.events else contextlib.nullcontext() as writer:
         points = evaluate_models(models, args.reference, lambda m: sample_config(m, args.config, sample_overrides),
