@@ -236,3 +236,41 @@ def test_a_model_is_scored_only_as_the_run_it_was_trained_as(tiny_artifacts, dig
     longer = {**run, "train": {**run["train"], "total_kimg": 0.16}}  # the run is shorter than its snapshots
     with pytest.raises(ArtifactError, match="past the run's train.total_kimg=0.16"):
         check_run_model(a.run / "snapshots" / "snapshot-000000320.pt", longer, "run.yaml", data=data)
+
+
+# ------------------------------------------------------------------ 6: study configs read strictly, checked at DAG build
+
+
+def _bomb(levels: int) -> str:
+    """A YAML "billion laughs": each level lists the one below nine times (9**(levels+1) leaves)."""
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "study: smoke\n" + "\n".join(lines) + "\n"
+
+
+def test_yaml_is_read_strictly_duplicates_deep_nesting_and_alias_bombs(tmp_path, capsys):
+    """Before: a second `groups:` block silently replaced the first; an alias bomb expanded to
+    gigabytes when the schema check formatted it; 5,000 nested lists ended in a RecursionError."""
+    import time
+
+    from timestep_lab.config import ConfigError, load_yaml
+
+    (tmp_path / "dup.yaml").write_text("study: a\ngroups: {g1: {}}\nbase: {}\ngroups: {g2: {}}\n")
+    with pytest.raises(ConfigError, match=r"dup.yaml: line 4: key 'groups' appears twice in one mapping \(first on "
+                                          r"line 2\)"):
+        load_yaml(tmp_path / "dup.yaml")
+    (tmp_path / "bomb.yaml").write_text(_bomb(9))  # 9**10 = 3.5e9 leaves
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"bomb.yaml: its aliases \(\*name\) would expand to 4,412,961,518 nodes"):
+        load_yaml(tmp_path / "bomb.yaml")
+    assert time.perf_counter() - t0 < 2.0
+    (tmp_path / "loop.yaml").write_text("a: &a [1, *a]\n")
+    with pytest.raises(ConfigError, match="refers to the block that contains it"):
+        load_yaml(tmp_path / "loop.yaml")
+    # a few reused blocks and a merge key that an explicit key overrides are ordinary YAML
+    (tmp_path / "ok.yaml").write_text("base: &b {lr: 1, bs: 2}\nother: {<<: *b, lr: 3}\nlist: [*b, *b]\n")
+    assert load_yaml(tmp_path / "ok.yaml")["other"] == {"lr": 3, "bs": 2}
+    (tmp_path / "deep.yaml").write_text("train: " + "[" * 5000 + "]" * 5000 + "\n")
+    line = _error_line(["train", "--config", tmp_path / "deep.yaml", "--out", tmp_path / "r"], capsys)
+    assert line == f"error: {tmp_path / 'deep.yaml'}: line 1: nested deeper than 64 levels"
+

@@ -8,7 +8,7 @@ import sys
 from snakemake.utils import validate
 
 from timestep_lab import workflow as W
-from timestep_lab.config import ConfigError
+from timestep_lab.config import ConfigError, load_yaml
 from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
 
 
@@ -23,6 +23,16 @@ def config_error(exc):
     """Exit with one line that starts with the config file."""
     sys.exit(f"error: {exc}" if CONFIG_SOURCE in str(exc) else f"error: {CONFIG_SOURCE}: {exc}")
 
+
+# Snakemake has read the config files with a lenient YAML reader: a key given twice silently wins,
+# and an alias bomb is expanded by whatever walks the config next (the schema check's error
+# message). Each file is read again here, strictly and before anything walks it: a duplicated
+# key, too deep a nesting or aliases that expand past a small bound are one error line.
+for _source in [*(workflow.overwrite_configfiles or workflow.configfiles or [])]:
+    try:
+        load_yaml(_source)
+    except ConfigError as exc:
+        sys.exit(f"error: {exc}")
 
 try:  # retired keys first: the schema could only say "unexpected", not what to write instead
     W.check_spelling(config, CONFIG_SOURCE)
