@@ -274,3 +274,32 @@ def test_yaml_is_read_strictly_duplicates_deep_nesting_and_alias_bombs(tmp_path,
     line = _error_line(["train", "--config", tmp_path / "deep.yaml", "--out", tmp_path / "r"], capsys)
     assert line == f"error: {tmp_path / 'deep.yaml'}: line 1: nested deeper than 64 levels"
 
+
+def test_reserved_run_ids_and_what_the_analyses_need_are_refused_at_dag_build():
+    """Before: a group's run with the id `reference` or `finetune_slot3` was silently replaced by
+    the derived run; a study without its consistency group failed only after all its training."""
+    import copy
+
+    import yaml
+
+    from timestep_lab import workflow as W
+    from timestep_lab.config import ConfigError
+    from worktree import ROOT
+
+    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    W.check_analysis_needs(smoke, W.study_runs(smoke))
+    for rid in ("reference", "finetune_slot3", "finetune_uniform_s1", "toward_zero_from-x", "uniform_from-y"):
+        study = copy.deepcopy(smoke)
+        study["groups"]["schedules"]["list"] = [{"id": rid, "sampler": "speed"}]
+        with pytest.raises(ConfigError, match=rf"groups.schedules: run id '{rid}' is reserved for a run the analyses"):
+            W.study_runs(study)
+    for where, change in {
+        "groups.consistency": lambda s: s["groups"].pop("consistency"),
+        "groups.prediction_types": lambda s: s["groups"].pop("prediction_types"),
+        "groups.batch_size": lambda s: (s["groups"].pop("batch_size"), s["analyses"].pop("batch_size")),
+        "analyses.slots.finetune": lambda s: s["analyses"]["slots"].update(finetune=[]),
+    }.items():
+        study = copy.deepcopy(smoke)
+        change(study)
+        with pytest.raises(ConfigError, match=rf"{where}: .*at least \d needed, the study has 0"):
+            W.check_analysis_needs(study, W.study_runs(study), "s.yaml")

@@ -50,6 +50,7 @@ BENCH = f"{RES}/benchmarks"  # one Snakemake benchmark file per rule and job (be
 
 try:
     RUNS = W.study_runs(config, source=CONFIG_SOURCE)
+    W.check_analysis_needs(config, RUNS, CONFIG_SOURCE)  # a study missing a group fails now, not after its training
     CONTRIB_RANGES = W.contribution_ranges(config)  # the contribution arms: label -> replaced t range
     if workflow.is_main_process:  # jobs re-read this file; their runs were checked when the DAG was built
         # registry names and parameters of every run, before any job runs. Checking builds the

@@ -34,6 +34,7 @@ from timestep_lab.workflow.runs import (
 )
 from timestep_lab.workflow.snakefile import config_source_error, launcher, opt, schema_error_summary
 from timestep_lab.workflow.study import (
+    check_analysis_needs,
     check_spelling,
     contribution_ranges,
     contribution_sample_count,
@@ -57,6 +58,7 @@ __all__ = [
     "contribution_ranges",
     "contribution_sample_count",
     "check_spelling",
+    "check_analysis_needs",
     "write_run_config",
     "launcher",
     "opt",
