@@ -303,3 +303,30 @@ def test_reserved_run_ids_and_what_the_analyses_need_are_refused_at_dag_build():
         change(study)
         with pytest.raises(ConfigError, match=rf"{where}: .*at least \d needed, the study has 0"):
             W.check_analysis_needs(study, W.study_runs(study), "s.yaml")
+
+
+# ------------------------------------------------------------------ 3: reference statistics that are no statistics
+
+
+def test_a_reference_covariance_that_is_not_one_is_refused_by_name(tiny_artifacts, tmp_path, capsys):
+    """Before: a reference whose covariance was replaced (and its checksum rewritten) gave FID
+    -5774 with status ok, and a negated one a traceback from the matrix square root."""
+    from timestep_lab.artifacts.io import ArtifactError, save_npz
+    from timestep_lab.metrics import load_reference
+
+    a = tiny_artifacts
+    with np.load(a.reference) as z:
+        arrays = {k: z[k] for k in z.files if k != "sha256"}
+    load_reference(a.reference).arrays["tf_sigma"]  # the real one passes
+    sigma = arrays["tf_sigma"]
+    rng = np.random.default_rng(0)
+    for case, bad in {"negated": -sigma, "not symmetric": sigma + np.triu(rng.random(sigma.shape), 1),
+                      "indefinite": sigma - 2 * np.abs(sigma).max() * np.eye(len(sigma))}.items():
+        ref = tmp_path / f"{case.replace(' ', '-')}.npz"
+        save_npz(ref, {**arrays, "tf_sigma": bad})
+        with pytest.raises(ArtifactError, match=rf"{ref}: 'tf_sigma' is not a covariance matrix \(not "):
+            load_reference(ref).arrays["tf_sigma"]
+    line = _error_line(["evaluate", "--samples", a.samples, "--reference", tmp_path / "negated.npz", "--out",
+                        tmp_path / "m.json", "--weights", a.cnn, "--no-progress"], capsys)
+    assert "'tf_sigma' is not a covariance matrix (not positive semi-definite" in line
+    assert not (tmp_path / "m.json").exists()
