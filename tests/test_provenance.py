@@ -330,3 +330,65 @@ def test_a_reference_covariance_that_is_not_one_is_refused_by_name(tiny_artifact
                         tmp_path / "m.json", "--weights", a.cnn, "--no-progress"], capsys)
     assert "'tf_sigma' is not a covariance matrix (not positive semi-definite" in line
     assert not (tmp_path / "m.json").exists()
+
+
+# ------------------------------------------------------------------ 8: degenerate values, refused with the allowed range
+
+
+def test_degenerate_values_are_refused_with_the_allowed_range(tiny_artifacts, digits_dir, digits_test_dir, tmp_path,
+                                                               capsys):
+    """Before: total_kimg 0.0004 trained 0 steps and wrote status ok; an FID of 2 samples was ok;
+    duplicate seeds, slots and NAME=PATH arguments were merged (the last won); train-features took
+    one class, and its training split as its test split; a seed of 2**64 was a traceback."""
+    import copy
+
+    import yaml
+
+    from timestep_lab import workflow as W
+    from timestep_lab.artifacts.samples_file import save_samples
+    from timestep_lab.config import ConfigError
+    from worktree import ROOT
+
+    a, out = tiny_artifacts, tmp_path / "never"
+    two = tmp_path / "two.npz"
+    save_samples(two, np.load(digits_dir / "images.npy")[:2], [0, 1], {"method": "ddim"})
+    one_class = shutil.copytree(digits_dir, tmp_path / "one-class")
+    labels = np.zeros(1438, np.int64)
+    np.save(one_class / "labels.npy", labels)
+    manifest = json.loads((one_class / "manifest.json").read_text())
+    manifest["labels_sha256"] = hashlib.sha256((one_class / "labels.npy").read_bytes()).hexdigest()
+    (one_class / "manifest.json").write_text(json.dumps(manifest))
+    cases = {  # argv: what the one error line must say
+        "total_kimg below one image": (["train", "--config", a.config, "--set", "train.total_kimg=0.0004", "--out",
+                                        out / "r"], "train.total_kimg must be >= 0.001 (one image), got 0.0004"),
+        "a seed of 2**64": (["train", "--config", a.config, "--set", f"train.seed={2**64}", "--out", out / "r"],
+                            "seed must be in [0, 2**63 - 1]"),
+        "a bank seed of 2**63": (["profile", "--model", a.run / "model.pt", "--data", digits_dir, "--out",
+                                  out / "p.json", "--seed", str(2**63)], "--seed: must be in [0, 2**63 - 1]"),
+        "an FID of 2 samples": (["evaluate", "--samples", two, "--reference", a.reference, "--weights", a.cnn,
+                                 "--out", out / "m.json", "--no-progress"], "FID needs at least 8 samples"),
+        "eval.num_samples 2": (["evaluate", "--samples", a.samples, "--reference", a.reference, "--weights", a.cnn,
+                                "--out", out / "m.json", "--set", "eval.num_samples=2"], "num_samples must be >= 8"),
+        "a slot twice": (["interference", "--reference", a.profile, "--finetuned", f"2={a.profile}",
+                          f"2={tmp_path / 'other.json'}", "--slots", a.slots, "--out", out / "i.json"],
+                         "--finetuned: 2 is given twice"),
+        "one class": (["train-features", "--data", one_class, "--test-data", digits_test_dir, "--out", out / "c.pt"],
+                      "labels of 1 class"),
+        "test split = training split": (["train-features", "--data", digits_dir, "--test-data",
+                                         shutil.copytree(digits_dir, tmp_path / "same"), "--out", out / "c.pt"],
+                                        "the test split holds the training images"),
+    }
+    for case, (argv, says) in cases.items():
+        line = _error_line(argv, capsys)
+        assert says in line, (case, line)
+    assert [p for p in out.rglob("*") if p.is_file()] == []
+
+    smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    for where, change in {"groups.schedules.seeds": lambda s: s["groups"]["schedules"].update(seeds=[0, 0]),
+                          "groups.schedules.grid.sampler": lambda s: s["groups"]["schedules"]["grid"].update(
+                              sampler=["speed", "speed"]),
+                          "analyses.slots.finetune": lambda s: s["analyses"]["slots"].update(finetune=[3, 3])}.items():
+        study = copy.deepcopy(smoke)
+        change(study)
+        with pytest.raises(ConfigError, match=rf"{where}: .* repeats a"):
+            W.study_runs(study)

@@ -35,7 +35,7 @@ from timestep_lab.artifacts.io import peek_torch
 __all__ = [
     "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "checkpoint_args", "config_args", "runtime_args", "load_run_config", "eval_config",
     "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
-    "run_config_arg", "check_run_models",
+    "run_config_arg", "check_run_models", "seed_arg",
 ]
 
 log = logging.getLogger("timestep_lab")
@@ -89,6 +89,22 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
     parse.__name__ = f"integer >= {minimum}"
     return parse
+
+
+def seed_arg(text: str) -> int:
+    """An argparse ``type``: a seed in [0, 2**63 - 1] (a torch generator's; sums like seed + i stay in 64 bits)."""
+    from timestep_lab.config.schema import SEED_MAX
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**63 - 1], got {value}")
+    return value
+
+
+seed_arg.__name__ = "seed"
 
 
 def checkpoint_args(p: argparse.ArgumentParser, help: str = "checkpoint format of --model") -> None:
@@ -256,11 +272,13 @@ def device(args: argparse.Namespace):
 
 def named_paths(items: list[str], what: str) -> dict[str, str]:
     """``["a=x", "b=y"] -> {"a": "x", "b": "y"}``: the ``NAME=PATH`` arguments of the analysis
-    commands; a malformed item is a :class:`ConfigError` naming the option ``what``."""
+    commands; a malformed item or a name given twice is a :class:`ConfigError` naming the option ``what``."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
             raise ConfigError(f"{what}: expected NAME=PATH, got {item!r}")
+        if key in out:  # the last would silently win
+            raise ConfigError(f"{what}: {key} is given twice ({key}={out[key]} and {item}); each name once")
         out[key] = value
     return out

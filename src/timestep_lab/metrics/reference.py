@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from timestep_lab.artifacts.checksums import NPZ_CHECKSUMS
+from timestep_lab.config.schema import MIN_FID_SAMPLES
 from timestep_lab.errors import InputError
 from timestep_lab.artifacts.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
 from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input, is_feature_net
@@ -155,8 +156,8 @@ def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExt
     (``progress``: a bar over the tools)."""
     device = torch.device(device)
     images = to_extractor_input(images_nhwc, spec)
-    if len(images) < 2:
-        raise ArtifactError(f"a reference set needs at least 2 images, got {len(images)}")
+    if len(images) < MIN_FID_SAMPLES:
+        raise ArtifactError(f"a reference set needs at least {MIN_FID_SAMPLES} images, got {len(images)}")
     arrays: dict[str, np.ndarray] = {}
     for tool in stages([t for t in ("torch-fidelity", "clean-fid") if t in spec.weights], "reference", progress):
         if tool == "torch-fidelity":

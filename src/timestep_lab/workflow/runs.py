@@ -208,6 +208,8 @@ def _entries(group: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
             raise ConfigError(f"{where}.grid: unknown axis '{axis}'; axes are {', '.join(AXES)}")
         if not isinstance(grid[axis], list) or not grid[axis]:
             raise ConfigError(f"{where}.grid.{axis}: expected a non-empty list")
+        if len({json.dumps(v, sort_keys=True) for v in grid[axis]}) != len(grid[axis]):
+            raise ConfigError(f"{where}.grid.{axis}: {grid[axis]} repeats a value (it would be one run, silently)")
     if grid:
         keys = list(grid)
         for values in itertools.product(*(grid[k] for k in keys)):
@@ -238,6 +240,8 @@ def build_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
         where = f"{source}: groups.{gname}"
         common = check_overrides(group.get("overrides"), where)
         seeds = group.get("seeds")
+        if seeds is not None and len(set(seeds)) != len(seeds):
+            raise ConfigError(f"{where}.seeds: {seeds} repeats a seed (it would be one run, silently)")
         entries = _entries(group, where)
         if seeds is not None:
             entries = [{**e, "seed": s} for e in entries for s in seeds] if entries else [{"seed": s} for s in seeds]

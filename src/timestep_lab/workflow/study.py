@@ -185,6 +185,8 @@ def finetune_runs(study: Mapping[str, Any], ref: Run, source: str = "study") -> 
     ks = list(slots.get("finetune", []))
     if not ks:
         return {}
+    if len(set(ks)) != len(ks):
+        raise ConfigError(f"{where}.finetune: {ks} repeats a slot")
     n = slots.get("n_slots", 10)
     for k in ks:
         if not 1 <= k <= n:
