@@ -98,7 +98,7 @@ def _read_verdicts(results: Path) -> dict[str, Any]:
     path = results / "verdicts.json"
     if not path.is_file():
         raise ArtifactError(f"{results}: no verdicts.json (not a study's results folder, or its study has not reached "
-                            f"the verdicts rule: snakemake --configfile <its config> {path})")
+                            f"the verdicts rule: snakemake {path} --configfile <its config>)")
     data = read_json(path)
     fmt = data.get("format") if isinstance(data, dict) else None
     if fmt != VERDICTS_FORMAT:
