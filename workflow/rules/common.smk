@@ -49,6 +49,7 @@ LOGS = f"logs/{STUDY}"
 BENCH = f"{RES}/benchmarks"  # one Snakemake benchmark file per rule and job (benchmarks/study_cost.py)
 
 try:
+    PREPARED = W.prepared_base(config["data"])  # data.prepared; never the file-system root
     RUNS = W.study_runs(config, source=CONFIG_SOURCE)
     W.check_analysis_needs(config, RUNS, CONFIG_SOURCE)  # a study missing a group fails now, not after its training
     CONTRIB_RANGES = W.contribution_ranges(config)  # the contribution arms: label -> replaced t range
@@ -59,6 +60,10 @@ try:
         W.check_run_configs([(r.id, r.config) for r in RUNS.values()], CONFIG_SOURCE)
 except ConfigError as exc:
     config_error(exc)
+for _source in [*(workflow.overwrite_configfiles or workflow.configfiles or [])]:  # not where a job writes
+    _clash = W.config_in_outputs(str(_source), [RES, REPORTS, LOGS, f"dvc/{STUDY}", PREPARED])
+    if _clash:
+        sys.exit(f"error: {_clash}")
 
 wildcard_constraints:
     run="[A-Za-z0-9._-]+",

@@ -28,11 +28,12 @@ from timestep_lab.workflow.runs import (
     deep_merge,
     eval_sample,
     fid_sample_count,
+    prepared_base,
     prepared_dir,
     run_config,
     scoring_sample,
 )
-from timestep_lab.workflow.snakefile import config_source_error, launcher, opt, schema_error_summary
+from timestep_lab.workflow.snakefile import config_in_outputs, config_source_error, launcher, opt, schema_error_summary
 from timestep_lab.workflow.study import (
     check_analysis_needs,
     check_spelling,
@@ -54,6 +55,7 @@ __all__ = [
     "scoring_sample",
     "deep_merge",
     "scale_range",
+    "prepared_base",
     "prepared_dir",
     "contribution_ranges",
     "contribution_sample_count",
@@ -64,5 +66,6 @@ __all__ = [
     "opt",
     "schema_error_summary",
     "config_source_error",
+    "config_in_outputs",
     "check_run_configs",
 ]
