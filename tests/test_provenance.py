@@ -392,3 +392,89 @@ def test_degenerate_values_are_refused_with_the_allowed_range(tiny_artifacts, di
         change(study)
         with pytest.raises(ConfigError, match=rf"{where}: .* repeats a"):
             W.study_runs(study)
+
+
+# ------------------------------------------------------------------ 7: operations
+
+
+def test_a_stale_lock_whose_pid_was_reused_is_taken_over(tmp_path, caplog):
+    """Before: a lock whose writer was gone but whose pid a new, unrelated process had taken blocked
+    the run for good, and the error told the user to stop that unrelated process."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from timestep_lab.artifacts.runlock import RunLock, RunLockedError, _started
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        run = tmp_path / "run"
+        run.mkdir()
+        lock = {"pid": other.pid, "host": socket.gethostname(), "boot_id": None}
+        (run / ".lock").write_text(json.dumps({**lock, "started": _started(other.pid)}))  # the writer itself
+        with pytest.raises(RunLockedError, match=f"pid {other.pid}"):
+            RunLock(run).__enter__()
+        (run / ".lock").write_text(json.dumps({**lock, "started": "1"}))  # a writer that started at another time
+        with caplog.at_level("WARNING", logger="timestep_lab"):
+            with RunLock(run):
+                held = json.loads((run / ".lock").read_text())
+                assert held["pid"] == os.getpid() and held["started"] == _started(os.getpid())
+        assert "its pid now belongs to another process" in caplog.text
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_operations_refuse_paths_that_would_write_where_they_must_not(tmp_path):
+    """Before: `rehearse --dir /elsewhere` wrote outside the project; `data.prepared: ''` put the
+    prepare rule's outputs at the file-system root; a study config stored in results/<study>/ was
+    overwritten by `collect`; digits ignored data.source; the README's `snakemake --configfile X
+    scorecard` read `scorecard` as a second config file; a right-to-left override passed the path
+    pattern."""
+    import re
+
+    from timestep_lab import workflow as W
+    from timestep_lab.config import ConfigError
+    from timestep_lab.data import DataError, prepare
+    from timestep_lab.rehearsal.command import _check_dir
+    from timestep_lab.workflow.snakefile import PATH_PATTERN
+    from worktree import ROOT
+
+    for bad in ("/tmp/elsewhere", "../outside", "."):
+        with pytest.raises(ConfigError, match=rf"--dir {re.escape(bad)}: must be a folder under the project root"):
+            _check_dir(bad, ROOT)
+    _check_dir("rehearsal", ROOT)
+    for bad in ("", "/", "//"):
+        with pytest.raises(ConfigError, match="data.prepared: .* would put the prepared data at the file-system root"):
+            W.prepared_dir({"dataset": "digits", "prepared": bad}, "train")
+    assert W.prepared_dir({"dataset": "digits"}, "train") == "data/prepared/digits-train"
+    outputs = ["results/s", "reports/s", "logs/s", "dvc/s", "data/prepared"]
+    assert "lies in results/s/" in W.config_in_outputs("results/s/summary.json", outputs)
+    assert W.config_in_outputs("config/s.yaml", outputs) is None and W.config_in_outputs("results/s2.yaml", outputs) is None
+    (tmp_path / "mine.csv").write_text("x\n")
+    with pytest.raises(DataError, match="digits is scikit-learn's bundled set and reads no source"):
+        prepare("digits", tmp_path / "mine.csv", tmp_path / "out")
+    assert re.search(PATH_PATTERN, "data/\u202egnp.exe") is None and re.search(PATH_PATTERN, "ünï/ф.pt")
+    # every documented snakemake command names its target before --configfile (which takes several files)
+    for doc in (ROOT / "README.md", ROOT / "docs" / "methods.md", ROOT / "reports" / "index.html.j2",
+                ROOT / "reports" / "scorecard.html.j2", ROOT / "workflow" / "rules" / "scorecard.smk"):
+        for m in re.finditer(r"snakemake[^\n`<]*?--configfile[ =](?:\{\{[^}]*\}\}|[^\s`<{]+) +([A-Za-z_]\w*)", doc.read_text()):
+            pytest.fail(f"{doc.name}: '{m.group(0)}': snakemake would read '{m.group(1)}' as a config file")
+
+
+def test_dvc_keeps_the_tracked_metrics_when_a_repro_fails():
+    """Before: the metrics and plots outputs were not persisted, so DVC deleted the tracked
+    dvc/<study>/metrics.json before running the stage, and a failed `dvc repro` left none."""
+    import yaml
+    from dvc.schema import COMPILED_MULTI_STAGE_SCHEMA
+
+    from worktree import ROOT
+
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    COMPILED_MULTI_STAGE_SCHEMA(dvc)  # DVC accepts the file
+    for stage in dvc["stages"].values():
+        for kind in ("outs", "metrics", "plots"):
+            for entry in stage.get(kind, []):
+                (path, props), = entry.items()
+                assert props.get("persist") is True, (kind, path)
