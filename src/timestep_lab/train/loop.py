@@ -42,7 +42,7 @@ from timestep_lab.components import build_model
 from timestep_lab.config import RunConfig, config_to_dict, dump_config
 from timestep_lab.distributed import World
 from timestep_lab.artifacts.events import RunEvents
-from timestep_lab.artifacts.io import load_torch, save_torch
+from timestep_lab.artifacts.io import ArtifactError, load_torch, save_torch
 from timestep_lab.optim import EMA
 from timestep_lab.processes.predictions import HEADS, MixedPrediction
 from timestep_lab.artifacts.runlock import RunLock
@@ -327,12 +327,24 @@ class _Run:
         if self.code is not None:
             rec["code"] = dict(self.code)
         if world.is_main:
-            with open(self.paths.state_log, "a") as fh:
-                fh.write(json.dumps(rec) + "\n")
+            self._append_log(rec)
         if self.curves is not None:
             self.curves.record(rec, ts.sampler.probs().tolist() if ts.sampler.stateful else None)
         acc.reset()
         return rec
+
+    def _append_log(self, rec: dict) -> None:
+        """One record appended to ``train_state/train_log.jsonl`` in one write; a full disk (or any
+        write error) is an :class:`ArtifactError` naming the file: the state saved at the last
+        checkpoint stands, and a rerun resumes there (a torn last line is dropped on resume)."""
+        line = json.dumps(rec) + "\n"
+        try:
+            with open(self.paths.state_log, "a") as fh:
+                fh.write(line)
+                fh.flush()
+        except OSError as exc:
+            raise ArtifactError(f"{self.paths.state_log}: write failed ({exc.strerror or exc}); training stopped, its "
+                                f"state at the last checkpoint is kept: free space and rerun to resume") from None
 
     def write_final(self, status: str, message: str, last_rec: dict | None) -> None:
         """``model.pt`` (rank 0): the weights (the last good ones if the run diverged), the EMA, a
