@@ -478,3 +478,67 @@ def test_dvc_keeps_the_tracked_metrics_when_a_repro_fails():
             for entry in stage.get(kind, []):
                 (path, props), = entry.items()
                 assert props.get("persist") is True, (kind, path)
+
+
+# ------------------------------------------------------------------ 9: tracebacks that are one error line now
+
+
+def test_a_full_disk_at_the_log_or_the_event_files_is_one_error_line_and_the_run_resumes(tiny_artifacts, tmp_path,
+                                                                                         capsys, monkeypatch):
+    """Before: ENOSPC when appending to train_log.jsonl or writing an event file was a traceback
+    (the event file's failure came first and left the log empty)."""
+    import builtins
+    import errno
+
+    import timestep_lab.artifacts.events as events
+    import timestep_lab.train.loop as loop
+
+    out = tmp_path / "run"
+    argv = ["train", "--config", tiny_artifacts.config, "--set", "train.total_kimg=0.64", "--set",
+            "train.log_every_kimg=0.16", "--out", out, "--no-progress"]
+    real_open, appended = builtins.open, []
+
+    def full_disk(path, mode="r", *args, **kwargs):
+        if str(path).endswith("train_log.jsonl") and "a" in mode:
+            appended.append(path)
+            if len(appended) == 3:  # after the checkpoint at 320 images, the record of 480
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "open", full_disk, raising=False)
+    line = _error_line(argv, capsys)
+    assert f"{out / 'train_state' / 'train_log.jsonl'}: write failed (No space left on device)" in line
+    monkeypatch.undo()
+    assert main([str(a) for a in argv]) == 0  # resumed from the checkpoint at 320 images
+    assert [json.loads(r)["nimg"] for r in (out / "train_log.jsonl").read_text().splitlines()] == [160, 320, 480, 640]
+
+    def no_space(self, rec, p_t):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(events.RunEvents, "_record", no_space)
+    line = _error_line([*argv[:-3], "--out", tmp_path / "run2", "--events", tmp_path / "tb", "--no-progress"], capsys)
+    assert f"{tmp_path / 'tb'}: writing the TensorBoard event file failed (No space left on device)" in line
+
+
+def test_malformed_verdicts_are_one_error_line_or_left_out_with_skip_missing(tmp_path, capsys, monkeypatch):
+    """Before: a verdicts.json whose claims were not objects, or held text where numbers belong, was
+    an AttributeError or ValueError traceback, with --skip-missing too."""
+    from worktree import ROOT
+
+    monkeypatch.chdir(ROOT)  # the default template, reports/scorecard.html.j2
+    fmt = "timestep_lab.verdicts/2"
+    cases = {"not-objects": ({"format": fmt, "claims": [1, 2]}, "claims[0] is not a claim"),
+             "text-n": ({"format": fmt, "claims": [{"id": "x", "verdict": "reproduced", "n": "three"}]},
+                        "claim 'x': 'n' must be a number or null, got 'three'"),
+             "text-kimg": ({"format": fmt, "claims": [{"id": "x", "regime": {"train_kimg": "long"}}]},
+                           "'regime.train_kimg' must be a number or null"),
+             "list-log": ({"format": fmt, "claims": [{"id": "x", "verdict": "reproduced", "log": [1], "diff": 2}]},
+                          "'log' must be an object or null")}
+    for name, (verdicts, says) in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "verdicts.json").write_text(json.dumps(verdicts))
+        line = _error_line(["scorecard", tmp_path / name, "--out", tmp_path / "sc.html"], capsys)
+        assert says in line, (name, line)
+        line = _error_line(["scorecard", tmp_path / name, "--out", tmp_path / "sc.html", "--skip-missing"], capsys)
+        assert "holds a readable verdicts.json" in line
+    assert not (tmp_path / "sc.html").exists()
