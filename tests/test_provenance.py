@@ -53,7 +53,7 @@ def test_damaged_prepared_data_is_refused_by_every_reader(tiny_artifacts, digits
         "profile": ["profile", "--model", model, "--data", bad, "--out", out / "p.json", "--num-images", "8",
                     "--stride", "20", "--no-progress"],
         "contribution": ["contribution", "--model", model, "--gt-data", bad, "--ranges", "1", "500", "--num-samples",
-                         "4", "--method", "ddim", "--steps", "10", "--min-steps", "1", "--bootstrap", "2",
+                         "8", "--method", "ddim", "--steps", "10", "--min-steps", "1", "--bootstrap", "2",
                          "--reference", a.reference, "--weights", a.cnn, "--out-dir", out / "ct", "--out",
                          out / "ct.json", "--no-progress"],
         "sample --gt-data": ["sample", "--model", model, "--out", out / "s.npz", "--gt-data", bad, "--gt-range", "0",
