@@ -95,7 +95,7 @@ def _table(f) -> dict[tuple[str, str], list]:
         "interference-control", "--reference", ref_, "--finetuned", ft, "--controls", ctl, "--slots", sl,
         "--out", out / "ic.json"]
     ct = lambda model_=model, gt=f["data"], extra=(): [  # noqa: E731
-        "contribution", "--model", model_, "--gt-data", gt, "--ranges", "1", "500", "--num-samples", "8",
+        "contribution", "--model", model_, "--gt-data", gt, "--ranges", "1", "500", "--num-samples", "4",
         "--method", "ddim", "--steps", "10", "--min-steps", "1", "--bootstrap", "2", "--reference", ref, *ev,
         "--out-dir", out / "ct", "--out", out / "ct.json", *extra]
     return {

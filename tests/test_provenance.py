@@ -53,7 +53,7 @@ def test_damaged_prepared_data_is_refused_by_every_reader(tiny_artifacts, digits
         "profile": ["profile", "--model", model, "--data", bad, "--out", out / "p.json", "--num-images", "8",
                     "--stride", "20", "--no-progress"],
         "contribution": ["contribution", "--model", model, "--gt-data", bad, "--ranges", "1", "500", "--num-samples",
-                         "8", "--method", "ddim", "--steps", "10", "--min-steps", "1", "--bootstrap", "2",
+                         "4", "--method", "ddim", "--steps", "10", "--min-steps", "1", "--bootstrap", "2",
                          "--reference", a.reference, "--weights", a.cnn, "--out-dir", out / "ct", "--out",
                          out / "ct.json", "--no-progress"],
         "sample --gt-data": ["sample", "--model", model, "--out", out / "s.npz", "--gt-data", bad, "--gt-range", "0",
@@ -366,9 +366,9 @@ def test_degenerate_values_are_refused_with_the_allowed_range(tiny_artifacts, di
         "a bank seed of 2**63": (["profile", "--model", a.run / "model.pt", "--data", digits_dir, "--out",
                                   out / "p.json", "--seed", str(2**63)], "--seed: must be in [0, 2**63 - 1]"),
         "an FID of 2 samples": (["evaluate", "--samples", two, "--reference", a.reference, "--weights", a.cnn,
-                                 "--out", out / "m.json", "--no-progress"], "FID needs at least 8 samples"),
+                                 "--out", out / "m.json", "--no-progress"], "FID needs at least 4 samples"),
         "eval.num_samples 2": (["evaluate", "--samples", a.samples, "--reference", a.reference, "--weights", a.cnn,
-                                "--out", out / "m.json", "--set", "eval.num_samples=2"], "num_samples must be >= 8"),
+                                "--out", out / "m.json", "--set", "eval.num_samples=2"], "num_samples must be >= 4"),
         "a slot twice": (["interference", "--reference", a.profile, "--finetuned", f"2={a.profile}",
                           f"2={tmp_path / 'other.json'}", "--slots", a.slots, "--out", out / "i.json"],
                          "--finetuned: 2 is given twice"),
@@ -542,3 +542,10 @@ def test_malformed_verdicts_are_one_error_line_or_left_out_with_skip_missing(tmp
         line = _error_line(["scorecard", tmp_path / name, "--out", tmp_path / "sc.html", "--skip-missing"], capsys)
         assert "holds a readable verdicts.json" in line
     assert not (tmp_path / "sc.html").exists()
+
+
+def test_the_fid_sample_floor_is_where_every_metric_of_the_protocol_is_defined():
+    from timestep_lab.config.schema import MIN_FID_SAMPLES
+    from timestep_lab.metrics.fid import PRC_NEIGHBORHOOD
+
+    assert MIN_FID_SAMPLES == PRC_NEIGHBORHOOD + 1  # precision/recall's k-NN balls need k + 1 points

@@ -46,10 +46,11 @@ FEATURE_EXTRACTORS = (*TRAINED_FEATURE_EXTRACTORS, "inception-v3", "rehearsal-cn
 SEED_MAX = 2**63 - 1
 #: the largest seed of numpy's legacy generator (KID's subsets in clean-fid): 2**32 - 1
 NUMPY_SEED_MAX = 2**32 - 1
-#: the fewest samples (and reference images) an FID is computed from: below it the feature
-#: covariance has too few degrees of freedom for any number to mean something (an FID of 2
-#: samples is not a measurement); every count the project's studies use is larger
-MIN_FID_SAMPLES = 8
+#: the fewest samples (and reference images) the protocol scores: every metric it records is
+#: then defined, precision/recall's k = 3 nearest-neighbour balls included (k + 1 points;
+#: ``timestep_lab.metrics.fid.PRC_NEIGHBORHOOD``). An FID of 2 samples, recorded with status ok,
+#: measured nothing; a rehearsal's 4 samples are the smallest a study uses
+MIN_FID_SAMPLES = 4
 
 
 class ConfigError(ValueError):

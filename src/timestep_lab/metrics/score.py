@@ -105,7 +105,8 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
                             f"{ref.meta['image_shape']} images")
     images = to_extractor_input(images, spec)
     if len(images) < MIN_FID_SAMPLES:
-        raise ArtifactError(f"FID needs at least {MIN_FID_SAMPLES} samples (fewer give no measurement), got "
+        raise ArtifactError(f"FID needs at least {MIN_FID_SAMPLES} samples (every metric of the protocol is defined "
+                            f"from {MIN_FID_SAMPLES}), got "
                             f"{len(images)}")
     if ref.count < MIN_FID_SAMPLES:
         raise ArtifactError(f"{ref.path}: FID needs at least {MIN_FID_SAMPLES} reference images, the file holds "
