@@ -449,10 +449,10 @@ def _tiny_rgb(tmp_path: Path, n: int, seed: int = 0) -> Path:
 def test_inception_weights_load_and_extract_offline(offline, inception_weights, tmp_path):
     """reference-stats through both libraries' Inception loaders, no network: 2048-d features."""
     ref_file = tmp_path / "ref.npz"
-    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 3)), "--extractor", "inception-v3",
+    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 4)), "--extractor", "inception-v3",
                  "--weights", str(inception_weights), "--out", str(ref_file)]) == 0
     ref = load_reference(ref_file)
-    assert ref.arrays["tf_features"].shape == ref.arrays["cf_features"].shape == (3, 2048)
+    assert ref.arrays["tf_features"].shape == ref.arrays["cf_features"].shape == (4, 2048)
     for key in ("tf_features", "cf_features"):
         assert np.isfinite(ref.arrays[key]).all() and ref.arrays[key].std() > 0
     assert ref.meta["feature_weights_sha256"] == {"torch-fidelity": sha256_file(inception_weights / TF_INCEPTION_FILE),
