@@ -463,17 +463,17 @@ def test_inception_weights_load_and_extract_offline(offline, inception_weights, 
 @pytest.mark.slow  # two 2048x2048 matrix square roots: ~40 s on a 2-core CPU
 def test_inception_path_runs_end_to_end_offline(offline, inception_weights, tmp_path):
     ref_file = tmp_path / "ref.npz"
-    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 3)), "--extractor", "inception-v3",
+    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 4)), "--extractor", "inception-v3",
                  "--weights", str(inception_weights), "--out", str(ref_file)]) == 0
-    samples = np.random.default_rng(1).integers(0, 256, size=(2, 32, 32, 3), dtype=np.uint8)
-    save_samples(tmp_path / "samples.npz", samples, [0, 1], {"method": "ddpm", "steps": 10})
+    samples = np.random.default_rng(1).integers(0, 256, size=(4, 32, 32, 3), dtype=np.uint8)  # the floor: 4
+    save_samples(tmp_path / "samples.npz", samples, [0, 1, 2, 3], {"method": "ddpm", "steps": 10})
     out = tmp_path / "metrics.json"
     assert main(["evaluate", "--samples", str(tmp_path / "samples.npz"), "--reference", str(ref_file),
                  "--weights", str(inception_weights), "--out", str(out), "--set", "eval.precision_recall=false"]) == 0
     res = json.loads(out.read_text())
     assert res["label"] == "FID (Inception-v3)" and np.isfinite(res["fid"]) and np.isfinite(res["fid_clean_fid"])
     assert {r["tool"] for r in res["records"]} == {"torch-fidelity", "clean-fid"}
-    assert all(r["feature_extractor"] == "inception-v3" and r["num_reference"] == 3 and r["feature_dim"] == 2048
+    assert all(r["feature_extractor"] == "inception-v3" and r["num_reference"] == 4 and r["feature_dim"] == 2048
                for r in res["records"])
 
 
