@@ -381,6 +381,10 @@ def _names_nothing(detail: str) -> bool:
     parts = name.split(".")
     if not name or not all(p.isidentifier() for p in parts):
         return bool(name)
+    if len(parts) == 1:  # torch names a builtin without its module: GLOBAL print
+        import builtins
+
+        return not hasattr(builtins, name)
     try:
         if importlib.util.find_spec(parts[0]) is None:
             return True
