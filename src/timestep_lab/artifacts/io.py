@@ -25,7 +25,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import struct
 import tempfile
 import zipfile
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from timestep_lab.artifacts.checksums import CHECKSUM_KEY, NPZ_CHECKSUMS, array_sha256, content_sha256
+from timestep_lab.artifacts.unpickle import refused_pickle
 
 __all__ = [
     "peek_torch",
@@ -350,58 +350,6 @@ def peek_torch(path: str | Path) -> Any:
     return obj
 
 
-#: what torch's restricted unpickler says when a pickle names a Python object it will not build
-#: (code could run on load); any other complaint of it (an unknown opcode, a bad memo index, a
-#: "function" that is a string) is a damaged file
-_UNSAFE_MARKERS = ("unsupported global", "was not an allowed global", "unsupported class", "whose module")
-#: torch's own lines around that complaint: its advice to load with weights_only=False (never ours)
-_TORCH_PREAMBLE = ("weights only load failed", "weights_only", "please file an issue", "check the documentation")
-
-
-def _unpickler_detail(msg: str) -> str:
-    """The restricted unpickler's own complaint inside torch's message, without torch's preamble
-    (which advises loading with ``weights_only=False``)."""
-    text = msg.partition("WeightsUnpickler error:")[2] or msg
-    lines = [ln.strip() for ln in text.splitlines()
-             if ln.strip() and not any(p in ln.lower() for p in _TORCH_PREAMBLE)]
-    return (lines[0] if lines else "").split(" was not an allowed global")[0][:200]
-
-
-def _names_nothing(detail: str) -> bool:
-    """Whether the global a pickle names (``Unsupported global: GLOBAL pkg.mod.name``) names
-    nothing that exists: a flipped bit in ``torch._utils._rebuild_tensor_v2``, say, which is a
-    damaged file rather than a pickle that would run code. Nothing is imported to find out: a
-    top-level package is looked up without importing it, and a dotted name is resolved only
-    through modules this process has already imported (anything else counts as existing)."""
-    import importlib.util
-    import sys
-
-    found = re.search(r"GLOBAL\s+(\S+)", detail)
-    name = found.group(1) if found else ""
-    parts = name.split(".")
-    if not name or not all(p.isidentifier() for p in parts):
-        return bool(name)
-    if len(parts) == 1:  # torch names a builtin without its module: GLOBAL print
-        import builtins
-
-        return not hasattr(builtins, name)
-    try:
-        if importlib.util.find_spec(parts[0]) is None:
-            return True
-    except (ImportError, ValueError):
-        return True
-    for i in range(len(parts) - 1, 0, -1):  # the longest prefix that is an imported module
-        module = sys.modules.get(".".join(parts[:i]))
-        if module is not None:
-            obj = module
-            for attr in parts[i:]:
-                if not hasattr(obj, attr):
-                    return True
-                obj = getattr(obj, attr)
-            return False
-    return False
-
-
 def _torch_load(path: Path, **kwargs: Any) -> Any:
     """``torch.load(path, weights_only=True, **kwargs)`` with every failure an error naming the
     file: :class:`UnsafeCheckpointError` when the pickle names a Python object (code could run on
@@ -415,9 +363,8 @@ def _torch_load(path: Path, **kwargs: Any) -> Any:
     try:
         return torch.load(path, weights_only=True, **kwargs)
     except pickle.UnpicklingError as exc:
-        msg = str(exc)
-        detail = _unpickler_detail(msg)
-        if any(m in msg.lower() for m in _UNSAFE_MARKERS) and not _names_nothing(detail):
+        unsafe, detail = refused_pickle(str(exc))
+        if unsafe:
             raise UnsafeCheckpointError(
                 f"{path}: refused to load: the file contains pickled Python objects that could run "
                 f"code on load (only tensors and plain containers are allowed; found {detail}). If you "
