@@ -217,4 +217,4 @@ def test_the_index_links_the_scorecard_only_beside_another_study(studies, tmp_pa
                            config_source="config/x.yaml", scales=scales)
         html = out.read_text()
         assert ('href="../scorecard.html"' in html) is linked
-    assert "beside those of large" in html and "snakemake --configfile config/x.yaml scorecard" in html
+    assert "beside those of large" in html and "snakemake scorecard --configfile config/x.yaml" in html

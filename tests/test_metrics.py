@@ -449,10 +449,10 @@ def _tiny_rgb(tmp_path: Path, n: int, seed: int = 0) -> Path:
 def test_inception_weights_load_and_extract_offline(offline, inception_weights, tmp_path):
     """reference-stats through both libraries' Inception loaders, no network: 2048-d features."""
     ref_file = tmp_path / "ref.npz"
-    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 3)), "--extractor", "inception-v3",
+    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 4)), "--extractor", "inception-v3",
                  "--weights", str(inception_weights), "--out", str(ref_file)]) == 0
     ref = load_reference(ref_file)
-    assert ref.arrays["tf_features"].shape == ref.arrays["cf_features"].shape == (3, 2048)
+    assert ref.arrays["tf_features"].shape == ref.arrays["cf_features"].shape == (4, 2048)
     for key in ("tf_features", "cf_features"):
         assert np.isfinite(ref.arrays[key]).all() and ref.arrays[key].std() > 0
     assert ref.meta["feature_weights_sha256"] == {"torch-fidelity": sha256_file(inception_weights / TF_INCEPTION_FILE),
@@ -463,17 +463,17 @@ def test_inception_weights_load_and_extract_offline(offline, inception_weights, 
 @pytest.mark.slow  # two 2048x2048 matrix square roots: ~40 s on a 2-core CPU
 def test_inception_path_runs_end_to_end_offline(offline, inception_weights, tmp_path):
     ref_file = tmp_path / "ref.npz"
-    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 3)), "--extractor", "inception-v3",
+    assert main(["reference-stats", "--data", str(_tiny_rgb(tmp_path, 4)), "--extractor", "inception-v3",
                  "--weights", str(inception_weights), "--out", str(ref_file)]) == 0
-    samples = np.random.default_rng(1).integers(0, 256, size=(2, 32, 32, 3), dtype=np.uint8)
-    save_samples(tmp_path / "samples.npz", samples, [0, 1], {"method": "ddpm", "steps": 10})
+    samples = np.random.default_rng(1).integers(0, 256, size=(4, 32, 32, 3), dtype=np.uint8)  # the floor: 4
+    save_samples(tmp_path / "samples.npz", samples, [0, 1, 2, 3], {"method": "ddpm", "steps": 10})
     out = tmp_path / "metrics.json"
     assert main(["evaluate", "--samples", str(tmp_path / "samples.npz"), "--reference", str(ref_file),
                  "--weights", str(inception_weights), "--out", str(out), "--set", "eval.precision_recall=false"]) == 0
     res = json.loads(out.read_text())
     assert res["label"] == "FID (Inception-v3)" and np.isfinite(res["fid"]) and np.isfinite(res["fid_clean_fid"])
     assert {r["tool"] for r in res["records"]} == {"torch-fidelity", "clean-fid"}
-    assert all(r["feature_extractor"] == "inception-v3" and r["num_reference"] == 3 and r["feature_dim"] == 2048
+    assert all(r["feature_extractor"] == "inception-v3" and r["num_reference"] == 4 and r["feature_dim"] == 2048
                for r in res["records"])
 
 

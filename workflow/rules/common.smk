@@ -9,7 +9,7 @@ from snakemake.utils import validate
 
 from timestep_lab import workflow as W
 from timestep_lab.arithmetic import pin as pin_arithmetic
-from timestep_lab.config import ConfigError
+from timestep_lab.config import ConfigError, load_yaml
 from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
 
 
@@ -24,6 +24,16 @@ def config_error(exc):
     """Exit with one line that starts with the config file."""
     sys.exit(f"error: {exc}" if CONFIG_SOURCE in str(exc) else f"error: {CONFIG_SOURCE}: {exc}")
 
+
+# Snakemake has read the config files with a lenient YAML reader: a key given twice silently wins,
+# and an alias bomb is expanded by whatever walks the config next (the schema check's error
+# message). Each file is read again here, strictly and before anything walks it: a duplicated
+# key, too deep a nesting or aliases that expand past a small bound are one error line.
+for _source in [*(workflow.overwrite_configfiles or workflow.configfiles or [])]:
+    try:
+        load_yaml(_source)
+    except ConfigError as exc:
+        sys.exit(f"error: {exc}")
 
 try:  # retired keys first: the schema could only say "unexpected", not what to write instead
     W.check_spelling(config, CONFIG_SOURCE)
@@ -47,7 +57,9 @@ LOGS = f"logs/{STUDY}"
 BENCH = f"{RES}/benchmarks"  # one Snakemake benchmark file per rule and job (benchmarks/study_cost.py)
 
 try:
+    PREPARED = W.prepared_base(config["data"])  # data.prepared; never the file-system root
     RUNS = W.study_runs(config, source=CONFIG_SOURCE)
+    W.check_analysis_needs(config, RUNS, CONFIG_SOURCE)  # a study missing a group fails now, not after its training
     CONTRIB_RANGES = W.contribution_ranges(config)  # the contribution arms: label -> replaced t range
     if workflow.is_main_process:  # jobs re-read this file; their runs were checked when the DAG was built
         # registry names and parameters of every run, before any job runs. Checking builds the
@@ -56,6 +68,10 @@ try:
         W.check_run_configs([(r.id, r.config) for r in RUNS.values()], CONFIG_SOURCE)
 except ConfigError as exc:
     config_error(exc)
+for _source in [*(workflow.overwrite_configfiles or workflow.configfiles or [])]:  # not where a job writes
+    _clash = W.config_in_outputs(str(_source), [RES, REPORTS, LOGS, f"dvc/{STUDY}", PREPARED])
+    if _clash:
+        sys.exit(f"error: {_clash}")
 
 wildcard_constraints:
     run="[A-Za-z0-9._-]+",
@@ -132,6 +148,17 @@ def model_input(run):
     if run == "reference" and config["reference"]["pretrained"]:
         return external(config["reference"]["pretrained"])
     return [model_path(run)]
+
+
+def run_yaml(run):
+    """The run.yaml of a run trained here as an input list (``[]`` for a pretrained reference): a
+    scoring job checks the model it scores against it (``--run-config``)."""
+    return [f"{run_dir(run)}/run.yaml"] if run in trained_runs() else []
+
+
+def run_config_opt(wildcards, input):
+    """``--run-config=<run.yaml>``: score the model only as the run it was trained as (or nothing)."""
+    return W.opt("--run-config", input.runcfg[0] if input.get("runcfg") else None)
 
 
 def init_model(wildcards):

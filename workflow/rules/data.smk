@@ -3,8 +3,8 @@
 
 rule prepare_data:
     output:
-        manifest=f"{config['data']['prepared']}/{{name}}-{{split}}/manifest.json",
-        images=f"{config['data']['prepared']}/{{name}}-{{split}}/images.npy",
+        manifest=f"{PREPARED}/{{name}}-{{split}}/manifest.json",
+        images=f"{PREPARED}/{{name}}-{{split}}/images.npy",
     params:
         dataset=config["data"]["dataset"],
         split=lambda wc: wc.split,

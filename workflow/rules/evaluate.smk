@@ -89,6 +89,7 @@ rule sample_score:
     write (tests/test_metrics.py)."""
     input:
         model=lambda wc: model_input(wc.run),
+        runcfg=lambda wc: run_yaml(wc.run),
         reference=f"{RES}/eval/reference.npz",
         weights=feature_weights_input(),
     output:
@@ -101,6 +102,7 @@ rule sample_score:
         fmt=lambda wc: checkpoint_args(wc.run),
         weights=weights_arg(),
         sets=lambda wc: eval_sample_overrides(wc.run),
+        runcfg=run_config_opt,
     log:
         f"{LOGS}/sample_score/{{run}}.log",
     benchmark:
@@ -113,13 +115,14 @@ rule sample_score:
     shell:
         "python -m timestep_lab sample-score --model={params.model:q} {params.fmt:q} --out={output.npz:q}"
         " --grid={output.png:q} {params.sets:q} --reference={input.reference:q} {params.weights:q}"
-        " --metrics={output.metrics:q} --threads={threads} --no-progress > {log:q} 2>&1"
+        " --metrics={output.metrics:q} {params.runcfg:q} --threads={threads} --no-progress > {log:q} 2>&1"
 
 
 rule evaluate_progress:
     """FID against images seen: sample and score every snapshot of a run."""
     input:
         snapshots=f"{RES}/runs/{{run}}/snapshots",
+        runcfg=lambda wc: run_yaml(wc.run),
         reference=f"{RES}/eval/reference.npz",
         weights=feature_weights_input(),
     output:
@@ -131,6 +134,7 @@ rule evaluate_progress:
         + ([] if config["evaluation"].get("progress_kid_pr", True)
            else ["--set", "eval.kid=false", "--set", "eval.precision_recall=false"]),
         events=lambda wc: f"{LOGS}/tensorboard/{wc.run}",  # beside the run's training curves
+        runcfg=run_config_opt,
     log:
         f"{LOGS}/evaluate_progress/{{run}}.log",
     benchmark:
@@ -142,7 +146,7 @@ rule evaluate_progress:
         "../../envs/conda.yaml"
     shell:
         "python -m timestep_lab evaluate-snapshots --snapshots={input.snapshots:q} --reference={input.reference:q}"
-        " {params.weights:q} {params.sets:q} --out={output:q} --events={params.events:q} --threads={threads}"
+        " {params.weights:q} {params.sets:q} {params.runcfg:q} --out={output:q} --events={params.events:q} --threads={threads}"
         " --no-progress > {log:q} 2>&1"
 
 

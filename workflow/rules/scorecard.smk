@@ -2,7 +2,7 @@
 # results -> reports/scorecard.html (one page for every study; each study's index links it when
 # another study's results exist). A named target, not part of `all`: a study alone never waits
 # on, or fails because of, another study's files.
-#   snakemake --configfile config/mnist.yaml scorecard
+#   snakemake scorecard --configfile config/mnist.yaml
 
 
 rule scorecard:

@@ -2,6 +2,7 @@
 
 ``checksums``     the sha256 of an artifact's content, which the artifact carries inside itself
 ``io``            atomic writes, checked ``.pt``/``.npz``/JSON artifacts, ``ArtifactError``
+``unpickle``      why torch refused a pickle: code it would run, or damage
 ``samples_file``  the ``samples.npz`` format (written by sampling, read by the metrics and analyses)
 ``runlock``       one writer per run folder
 ``identity``      the code identity (commit, dirty flag, source and lock sha256) stored with results

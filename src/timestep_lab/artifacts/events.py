@@ -34,10 +34,14 @@ commands without event files never load it). Must not know the training loop or 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
+
+from timestep_lab.artifacts.io import ArtifactError
 
 __all__ = ["RunEvents", "clear_events", "fid_events", "p_t_buckets", "TRAIN_SUFFIX", "FID_SUFFIX", "MAX_BUCKETS"]
 
@@ -81,8 +85,10 @@ class RunEvents:
             clear_events(self.folder)
         self.batch_size, self.T = batch_size, num_timesteps
         # flush_secs: a record is flushed when written (flush()); this only bounds a forgotten one
-        self.writer = SummaryWriter(str(self.folder), purge_step=None if resume_nimg is None else resume_nimg + 1,
-                                    flush_secs=30, filename_suffix=TRAIN_SUFFIX)
+        _quiet_writer_thread()
+        with _named(self.folder):
+            self.writer = SummaryWriter(str(self.folder), purge_step=None if resume_nimg is None else resume_nimg + 1,
+                                        flush_secs=30, filename_suffix=TRAIN_SUFFIX)
 
     def bin_tag(self, b: int, bins: int) -> str:
         """``loss_by_t/t=<lo>-<hi>``: the t-range of log bin ``b`` (``bin = t * bins // T``)."""
@@ -92,7 +98,11 @@ class RunEvents:
 
     def record(self, rec: Mapping[str, Any], p_t: Sequence[float] | None = None) -> None:
         """One log interval: ``rec`` is its train_log.jsonl record; ``p_t`` the sampler's p(t) [T]
-        (None: no histogram)."""
+        (None: no histogram). A failed write is an :class:`ArtifactError` naming the folder."""
+        with _named(self.folder):
+            self._record(rec, p_t)
+
+    def _record(self, rec: Mapping[str, Any], p_t: Sequence[float] | None) -> None:
         w, step = self.writer, int(rec["nimg"])
         w.add_scalar("loss/weighted", rec["loss"], step)
         w.add_scalar("loss/raw", rec["loss_raw"], step)
@@ -110,7 +120,37 @@ class RunEvents:
         w.flush()  # visible to a watching TensorBoard now, not at the next 30-s flush
 
     def close(self) -> None:
-        self.writer.close()
+        with _named(self.folder):
+            self.writer.close()
+
+
+def _quiet_writer_thread() -> None:
+    """TensorBoard writes from a thread of its own; when a write fails there (a full disk) the
+    thread's traceback would be printed, and the error is raised again by the next flush on the
+    main thread, which reports it as one line (:func:`_named`). So an OSError in one of
+    TensorBoard's threads is not printed; anything else goes to the previous hook."""
+    previous = threading.excepthook
+    if getattr(previous, "_timestep_lab", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if issubclass(args.exc_type, OSError) and type(args.thread).__module__.startswith("tensorboard."):
+            return
+        previous(args)
+
+    hook._timestep_lab = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+@contextlib.contextmanager
+def _named(folder: Path) -> Iterator[None]:
+    """A failed event-file write (a full disk: TensorBoard's writer thread raises it at the next
+    flush) as an :class:`ArtifactError` naming the folder, never a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise ArtifactError(f"{folder}: writing the TensorBoard event file failed ({exc.strerror or exc}); free space "
+                            f"and rerun (or train with --no-events)") from None
 
 
 def add_p_t(writer, tag: str, p_t: Sequence[float], step: int) -> None:
@@ -130,12 +170,15 @@ def fid_events(folder: str | Path):
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     clear_events(folder, FID_SUFFIX)
-    return SummaryWriter(str(folder), flush_secs=30, filename_suffix=FID_SUFFIX)
+    _quiet_writer_thread()
+    with _named(folder):
+        return SummaryWriter(str(folder), flush_secs=30, filename_suffix=FID_SUFFIX)
 
 
 def add_fid_point(writer, point: Mapping[str, Any]) -> None:
     """One snapshot's scores (an ``evaluate_models`` point): ``fid/<tool>`` at its images seen."""
-    for tool, value in sorted(point.get("fid", {}).items()):
-        if value is not None and math.isfinite(value):
-            writer.add_scalar(f"fid/{tool}", value, int(point["nimg"]))
-    writer.flush()
+    with _named(Path(writer.log_dir)):
+        for tool, value in sorted(point.get("fid", {}).items()):
+            if value is not None and math.isfinite(value):
+                writer.add_scalar(f"fid/{tool}", value, int(point["nimg"]))
+        writer.flush()

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from timestep_lab.artifacts.checksums import CHECKSUM_KEY, NPZ_CHECKSUMS, array_sha256, content_sha256
+from timestep_lab.artifacts.unpickle import refused_pickle
 
 __all__ = [
     "peek_torch",
@@ -320,12 +321,22 @@ def load_torch(path: str | Path, map_location: Any = "cpu", check: Callable[[Any
         if want is None and str(obj.get("format", "")).startswith("timestep_lab."):
             raise ArtifactError(f"{path}: carries no content checksum (not written by this version of "
                                 f"timestep_lab); write it again")
-        if want is not None and content_sha256(obj) != want:
+        if want is not None and _content_sha256(path, obj) != want:
             raise ArtifactError(f"{path}: corrupted: the sha256 of its content differs from the one recorded when "
                                 f"it was written")
     if check is not None:
         check(obj)
     return obj
+
+
+def _content_sha256(path: Path, obj: Any) -> str:
+    """:func:`content_sha256` of a loaded dict; a tensor that a damaged pickle rebuilt with
+    impossible strides is an :class:`ArtifactError` naming the file."""
+    try:
+        return content_sha256(obj)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise ArtifactError(f"{path}: corrupted checkpoint (a tensor cannot be read back: "
+                            f"{str(exc).splitlines()[0][:200]})") from None
 
 
 def peek_torch(path: str | Path) -> Any:
@@ -340,7 +351,9 @@ def peek_torch(path: str | Path) -> Any:
 
 
 def _torch_load(path: Path, **kwargs: Any) -> Any:
-    """``torch.load(path, weights_only=True, **kwargs)`` with every failure an error naming the file."""
+    """``torch.load(path, weights_only=True, **kwargs)`` with every failure an error naming the
+    file: :class:`UnsafeCheckpointError` when the pickle names a Python object (code could run on
+    load), :class:`ArtifactError` for anything else (truncated, a flipped bit, not a checkpoint)."""
     import pickle
 
     import torch
@@ -350,17 +363,16 @@ def _torch_load(path: Path, **kwargs: Any) -> Any:
     try:
         return torch.load(path, weights_only=True, **kwargs)
     except pickle.UnpicklingError as exc:
-        msg = str(exc)
-        if "weights_only" in msg.lower() or "Unsupported global" in msg or "GLOBAL" in msg:
-            detail = next((ln.strip() for ln in msg.splitlines() if "Unsupported" in ln or "GLOBAL" in ln),
-                          msg.splitlines()[0] if msg else "")
-            detail = detail.split(" was not an allowed global")[0].replace("WeightsUnpickler error: ", "")
+        unsafe, detail = refused_pickle(str(exc))
+        if unsafe:
             raise UnsafeCheckpointError(
                 f"{path}: refused to load: the file contains pickled Python objects that could run "
                 f"code on load (only tensors and plain containers are allowed; found {detail}). If you "
                 f"trust it, convert it to a plain state dict first."
             ) from None
-        raise ArtifactError(f"{path}: corrupted checkpoint ({msg.splitlines()[0] if msg else exc!r})") from None
-    except (RuntimeError, EOFError, ValueError, OSError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else repr(exc)
-        raise ArtifactError(f"{path}: corrupted or truncated checkpoint ({first})") from None
+        raise ArtifactError(f"{path}: corrupted checkpoint (its pickle cannot be read: {detail or 'unreadable'})") from None
+    except MemoryError:
+        raise ArtifactError(f"{path}: corrupted checkpoint (it claims more memory than this machine has)") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in any of pickle's own ways (KeyError, IndexError, ...)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ArtifactError(f"{path}: corrupted or truncated checkpoint, or not a checkpoint ({first[:200]})") from None

@@ -4,8 +4,12 @@
 local file systems and NFSv3+), so of two processes started on the same folder exactly one gets
 it; the other fails at once with :class:`RunLockedError` naming the holder. A lock left behind by a
 dead process (SIGKILL, OOM killer, a killed Snakemake's orphan that has since exited) on this host
-is taken over with a logged message. A lock held from another host cannot be checked for
-liveness; the error says how to remove it when you know that writer is gone.
+is taken over with a logged message. A process id is reused once its process is gone, so the lock
+also records when its writer started (``started``: the kernel's start time of that pid, in clock
+ticks since boot, with the boot id): a live process under the recorded pid that started at
+another time, or after another boot, is not the writer, and its lock is stale too. A lock held
+from another host cannot be checked for liveness; the error says how to remove it when you know
+that writer is gone.
 """
 
 from __future__ import annotations
@@ -29,6 +33,34 @@ log = logging.getLogger("timestep_lab")
 
 class RunLockedError(ArtifactError):
     """Another live process is writing the same run folder (the CLI: one ``error:`` line, exit 2)."""
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (``/proc/<pid>/stat``'s 22nd field, clock ticks since boot),
+    or None when that cannot be read (no /proc, no such process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after the command name, which may hold spaces and ')'
+    return fields[19] if len(fields) > 19 else None
+
+
+def _same_process(holder: dict, pid: int) -> bool:
+    """Whether the live process ``pid`` is the writer that ``holder`` (the lock's content) names:
+    the same start time after the same boot, where the lock records them (an older lock does not:
+    then any live process under that pid counts)."""
+    started, boot = holder.get("started"), holder.get("boot_id")
+    if started is None:
+        return True
+    return _started(pid) == started and (boot is None or _boot_id() in (None, boot))
 
 
 def _alive(pid: int) -> bool:
@@ -59,7 +91,8 @@ class RunLock:
         except FileExistsError:
             return False
         with os.fdopen(fd, "w") as fh:
-            json.dump({"pid": self.pid, "host": self.host, "since": time.strftime("%Y-%m-%dT%H:%M:%S")}, fh)
+            json.dump({"pid": self.pid, "host": self.host, "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                       "started": _started(self.pid), "boot_id": _boot_id()}, fh)
         return True
 
     def __enter__(self) -> "RunLock":
@@ -78,11 +111,12 @@ class RunLock:
                 raise RunLockedError(
                     f"{self.path.parent}: run is being written by pid {pid} on host {host} (lock {self.path}); "
                     f"if that process is gone, delete the lock file and rerun")
-            if isinstance(pid, int) and _alive(pid):
+            if isinstance(pid, int) and _alive(pid) and _same_process(holder, pid):
                 raise RunLockedError(f"{self.path.parent}: run is being written by pid {pid} on this host "
                                      f"(lock {self.path}); wait for it or stop it, then rerun")
-            log.warning("%s: taking over a stale lock from pid %s on %s (that process is gone)",
-                        self.path.parent, pid, host or "?")
+            gone = "that process is gone" if not (isinstance(pid, int) and _alive(pid)) else \
+                "that process is gone; its pid now belongs to another process"
+            log.warning("%s: taking over a stale lock from pid %s on %s (%s)", self.path.parent, pid, host or "?", gone)
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
         raise RunLockedError(f"{self.path.parent}: could not take the lock {self.path}")

@@ -17,10 +17,10 @@ from typing import Any
 from torch import nn
 
 from timestep_lab.processes.diffusion import GaussianDiffusion
-from timestep_lab.artifacts.io import sha256_file
+from timestep_lab.artifacts.io import ArtifactError, sha256_file
 from timestep_lab.processes.predictions import Prediction
 
-__all__ = ["LoadedModel", "base_info", "count_parameters", "hash_files"]
+__all__ = ["LoadedModel", "base_info", "count_parameters", "hash_files", "model_sha256"]
 
 
 @dataclass
@@ -44,6 +44,20 @@ def hash_files(files: list[Path], root: Path) -> str:
     for f in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
         h.update(f"{f.relative_to(root).as_posix()}\0{sha256_file(f)}\n".encode())
     return h.hexdigest()
+
+
+def model_sha256(path: str | Path) -> str:
+    """The content identity of a model file: the sha256 of its bytes, or of every file of a
+    diffusers folder (:func:`hash_files`). Our model files have the same bytes for the same
+    content, so a retrained model with other weights has another sha256.
+
+    :raises ArtifactError: nothing at ``path``."""
+    p = Path(path)
+    if p.is_dir():
+        return hash_files([f for f in p.rglob("*") if f.is_file()], p)
+    if not p.is_file():
+        raise ArtifactError(f"{p}: model not found")
+    return sha256_file(p)
 
 
 def base_info(fmt: str, path: Path) -> dict[str, Any]:

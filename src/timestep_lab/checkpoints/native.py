@@ -22,7 +22,7 @@ from timestep_lab.config import RunConfig, config_from_dict
 from timestep_lab.artifacts.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.processes.predictions import HEADS, MixedPrediction
 
-__all__ = ["CHECKPOINT_FORMAT", "MODEL_FORMAT", "SNAPSHOT_FORMAT", "load_model", "load_native",
+__all__ = ["CHECKPOINT_FORMAT", "MODEL_FORMAT", "SNAPSHOT_FORMAT", "check_metadata", "load_model", "load_native",
            "load_native_for_inference", "native_init_state"]
 
 CHECKPOINT_FORMAT = "timestep_lab.checkpoint/1"
@@ -36,22 +36,50 @@ def load_model(path: str | Path, *, use_ema: bool = True, device: Any = "cpu") -
     obj = load_torch(path, map_location="cpu")
     if not isinstance(obj, dict) or obj.get("format") not in (MODEL_FORMAT, SNAPSHOT_FORMAT, CHECKPOINT_FORMAT):
         raise ArtifactError(f"{path}: not a timestep_lab model, snapshot or checkpoint")
+    check_metadata(path, obj)
     cfg = config_from_dict(obj["config"], source=f"{path} (embedded config)")
     model = build_model(cfg, obj["image_size"], obj["channels"])
     key = "ema" if use_ema else "model"
     if key not in obj:
         raise ArtifactError(f"{path}: has no '{key}' weights")
     state = obj[key]
-    if obj["format"] == CHECKPOINT_FORMAT and key == "ema":
-        state = dict(zip([n for n, _ in model.named_parameters()], state["params"]))
-        state.update(dict(zip([n for n, _ in model.named_buffers()], obj["ema"]["buffers"])))
+    if not isinstance(state, dict):
+        raise ArtifactError(f"{path}: bad metadata: '{key}' must be a mapping of weights, got {type(state).__name__}")
     try:
+        if obj["format"] == CHECKPOINT_FORMAT and key == "ema":
+            state = dict(zip([n for n, _ in model.named_parameters()], state["params"]))
+            state.update(dict(zip([n for n, _ in model.named_buffers()], obj["ema"]["buffers"])))
         model.load_state_dict(state)
-    except RuntimeError as exc:
+    except (RuntimeError, TypeError, KeyError, AttributeError) as exc:
         raise ArtifactError(f"{path}: weights do not fit the configured network ({str(exc).splitlines()[0]})") from None
     model.to(device).eval()
     meta = {k: v for k, v in obj.items() if k not in ("model", "ema", "optimizer")}
     return model, cfg, meta
+
+
+def _whole(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def check_metadata(path: str | Path, obj: dict) -> None:
+    """The plain items of one of our files, checked before anything is built from them: the
+    embedded ``config`` a mapping, ``image_size`` and ``channels`` whole numbers >= 1, ``nimg`` and
+    ``step`` whole numbers >= 0, ``status`` text, ``inputs`` (when recorded) a mapping. A file
+    re-written with other values (its checksum then matches) is an :class:`ArtifactError`
+    naming the file and the item, never a traceback from deep inside the network code."""
+    if not isinstance(obj.get("config"), dict):
+        raise ArtifactError(f"{path}: bad metadata: 'config' must be the run config (a mapping), got "
+                            f"{type(obj.get('config')).__name__}")
+    for key, low in (("image_size", 1), ("channels", 1)):
+        if not _whole(obj.get(key), low):
+            raise ArtifactError(f"{path}: bad metadata: '{key}' must be a whole number >= {low}, got {obj.get(key)!r}")
+    for key in ("nimg", "step"):
+        if key in obj and not _whole(obj[key], 0):
+            raise ArtifactError(f"{path}: bad metadata: '{key}' must be a whole number >= 0, got {obj[key]!r}")
+    if "status" in obj and not isinstance(obj["status"], str):
+        raise ArtifactError(f"{path}: bad metadata: 'status' must be text, got {obj['status']!r}")
+    if "inputs" in obj and not isinstance(obj["inputs"], dict):
+        raise ArtifactError(f"{path}: bad metadata: 'inputs' must be a mapping, got {type(obj['inputs']).__name__}")
 
 
 def load_native(path: Path, device: Any) -> tuple[nn.Module, dict[str, Any]]:

@@ -12,7 +12,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.cli.common import at_least, checkpoint_args, command, device, log, named_paths as _pairs, runtime_args
+from timestep_lab.cli.common import (
+    at_least,
+    checkpoint_args,
+    command,
+    device,
+    log,
+    named_paths as _pairs,
+    runtime_args,
+    seed_arg,
+)
 from timestep_lab.config import ConfigError
 from timestep_lab.errors import InputError
 from timestep_lab.artifacts.io import atomic_write_json
@@ -22,7 +31,7 @@ def _bank_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="prepared images for the fixed bank")
     p.add_argument("--num-images", type=at_least(1), default=256, help="images in the fixed bank")
     p.add_argument("--stride", type=at_least(1), default=1, help="evaluate every stride-th timestep (plus T-1)")
-    p.add_argument("--seed", type=at_least(0), default=1234, help="bank and noise seed (same for every model)")
+    p.add_argument("--seed", type=seed_arg, default=1234, help="bank and noise seed (same for every model)")
     p.add_argument("--batch-size", type=at_least(1), default=256)
 
 

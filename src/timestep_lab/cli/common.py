@@ -35,7 +35,7 @@ from timestep_lab.artifacts.io import peek_torch
 __all__ = [
     "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "checkpoint_args", "config_args", "runtime_args", "load_run_config", "eval_config",
     "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
-    "arithmetic_in_effect",
+    "arithmetic_in_effect", "run_config_arg", "check_run_models", "seed_arg",
 ]
 
 log = logging.getLogger("timestep_lab")
@@ -89,6 +89,22 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
     parse.__name__ = f"integer >= {minimum}"
     return parse
+
+
+def seed_arg(text: str) -> int:
+    """An argparse ``type``: a seed in [0, 2**63 - 1] (a torch generator's; sums like seed + i stay in 64 bits)."""
+    from timestep_lab.config.schema import SEED_MAX
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**63 - 1], got {value}")
+    return value
+
+
+seed_arg.__name__ = "seed"
 
 
 def checkpoint_args(p: argparse.ArgumentParser, help: str = "checkpoint format of --model") -> None:
@@ -169,9 +185,12 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
     data, kind = {}, "gaussian"  # pretrained formats are Gaussian diffusions
     if fmt == "timestep_lab":
         obj = peek_torch(model)
-        embedded = obj.get("config", {}) if isinstance(obj, dict) else {}
-        data = dict(embedded.get("sample", {}) or {})
-        kind = (embedded.get("diffusion") or {}).get("kind", "gaussian")
+        embedded = obj.get("config") if isinstance(obj, dict) else None
+        embedded = embedded if isinstance(embedded, dict) else {}  # a bad one is refused by name when loaded
+        sample = embedded.get("sample")
+        data = dict(sample) if isinstance(sample, dict) else {}
+        diffusion = embedded.get("diffusion")
+        kind = diffusion.get("kind", "gaussian") if isinstance(diffusion, dict) else "gaussian"
     if config:
         data.update(load_yaml(config).get("sample", {}) or {})
     data = apply_overrides({"sample": data}, overrides)["sample"]
@@ -180,6 +199,31 @@ def sample_config(model: Path, config: Path | None, overrides: list[str], fmt: s
 
     check_method(cfg.method, kind, f"{model} sample settings")
     return cfg
+
+
+def run_config_arg(p: argparse.ArgumentParser) -> None:
+    """``--run-config``: the run a model file is scored as (the workflow passes the run's run.yaml)."""
+    p.add_argument("--run-config", type=Path, default=None,
+                   help="the run's run.yaml: score the model only if it was trained as this run (its embedded "
+                        "config, and its data is the reference's)")
+
+
+def check_run_models(models, run_config: Path | None, reference, fmt: str = "timestep_lab") -> None:
+    """With ``--run-config``: every model file must be a model of that run trained on the data the
+    ``reference`` statistics describe (:func:`timestep_lab.checkpoints.provenance.check_run_model`);
+    the first that is not fails the command, naming itself and what differs."""
+    if run_config is None:
+        return
+    if fmt != "timestep_lab":
+        raise ConfigError(f"--run-config {run_config}: only a timestep_lab model records the run it belongs to "
+                          f"(--format {fmt})")
+    from timestep_lab.checkpoints.provenance import check_run_model  # imports torch: not at start-up
+
+    run = load_yaml(run_config)
+    if not isinstance(run, dict):
+        raise ConfigError(f"{run_config}: not a run config (a mapping is expected)")
+    for model in models:
+        check_run_model(model, run, str(run_config), data=reference.meta.get("data"))
 
 
 def code_identity() -> dict:
@@ -246,11 +290,13 @@ def device(args: argparse.Namespace):
 
 def named_paths(items: list[str], what: str) -> dict[str, str]:
     """``["a=x", "b=y"] -> {"a": "x", "b": "y"}``: the ``NAME=PATH`` arguments of the analysis
-    commands; a malformed item is a :class:`ConfigError` naming the option ``what``."""
+    commands; a malformed item or a name given twice is a :class:`ConfigError` naming the option ``what``."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
             raise ConfigError(f"{what}: expected NAME=PATH, got {item!r}")
+        if key in out:  # the last would silently win
+            raise ConfigError(f"{what}: {key} is given twice ({key}={out[key]} and {item}); each name once")
         out[key] = value
     return out

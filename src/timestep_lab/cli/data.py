@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.cli.common import at_least, command, config_args, device, eval_config, log, runtime_args
-from timestep_lab.config.schema import FEATURE_EXTRACTORS, TRAINED_FEATURE_EXTRACTORS
+from timestep_lab.cli.common import at_least, command, config_args, device, eval_config, log, runtime_args, seed_arg
+from timestep_lab.config.schema import FEATURE_EXTRACTORS, MIN_FID_SAMPLES, TRAINED_FEATURE_EXTRACTORS
 
 # ------------------------------------------------------------------------------- prepare
 
@@ -46,7 +46,7 @@ def _train_features_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="prepared train split (with labels)")
     p.add_argument("--test-data", type=Path, required=True, help="prepared test split (held-out accuracy)")
     p.add_argument("--out", type=Path, required=True, help="weights file to write (.pt); sidecar .json beside it")
-    p.add_argument("--seed", type=at_least(0), default=0)
+    p.add_argument("--seed", type=seed_arg, default=0)
     p.add_argument("--epochs", type=at_least(1), default=None, help="default: the extractor's recipe (docs/methods.md)")
     p.add_argument("--threads", type=at_least(1), default=None,
                    help="torch intra-op threads while training (default 1: the network is too small to gain from more)")
@@ -78,7 +78,8 @@ def _reference_stats_args(p: argparse.ArgumentParser) -> None:
                    help="feature-network weights file (digits-cnn, mnist-cnn, rehearsal-cnn), or folder with the Inception weights "
                         "(default: eval.feature_weights)")
     p.add_argument("--out", type=Path, required=True, help="reference .npz to write")
-    p.add_argument("--max-images", type=at_least(2), default=None, help="use only N of the images (a seeded subset)")
+    p.add_argument("--max-images", type=at_least(MIN_FID_SAMPLES), default=None,
+                   help="use only N of the images (a seeded subset)")
     config_args(p)
     runtime_args(p)
 

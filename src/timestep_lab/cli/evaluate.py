@@ -14,16 +14,20 @@ from pathlib import Path
 
 from timestep_lab.cli.common import (
     at_least,
+    check_run_models,
     code_identity,
     command,
     config_args,
     device,
     eval_config,
     log,
+    run_config_arg,
     runtime_args,
     sample_config,
+    seed_arg,
 )
 from timestep_lab.config import ConfigError
+from timestep_lab.config.schema import MIN_FID_SAMPLES
 from timestep_lab.artifacts.io import atomic_write_json
 
 # ------------------------------------------------------------------------------- evaluate
@@ -61,6 +65,7 @@ def _evaluate_snapshots_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
     p.add_argument("--events", type=Path, default=None,
                    help="also write FID against images seen as TensorBoard event files into this folder (the run's)")
+    run_config_arg(p)
     config_args(p)
     runtime_args(p)
 
@@ -80,6 +85,10 @@ def cmd_evaluate_snapshots(args: argparse.Namespace) -> int:
     if not models:
         raise ConfigError("give --snapshots DIR and/or --models FILE ...")
     cfg = eval_config(args, allowed=("eval", "sample"))
+    if args.run_config is not None:  # every snapshot must be of this run, before any is sampled
+        from timestep_lab.metrics import load_reference
+
+        check_run_models(models, args.run_config, load_reference(args.reference))
     sample_overrides = [o for o in args.overrides if o.startswith("sample.")]
     with contextlib.closing(fid_events(args.events)) if args.events else contextlib.nullcontext() as writer:
         points = evaluate_models(models, args.reference, lambda m: sample_config(m, args.config, sample_overrides),
@@ -102,10 +111,10 @@ def _floor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="prepared held-out folder (the test split)")
     p.add_argument("--reference", type=Path, required=True, help="reference .npz of the training split")
     p.add_argument("--out", type=Path, required=True, help="floor.json to write")
-    p.add_argument("--num-samples", type=at_least(1), default=None,
+    p.add_argument("--num-samples", type=at_least(MIN_FID_SAMPLES), default=None,
                    help="the final FID's sample count (evaluation.num_samples); the split's size if smaller")
     p.add_argument("--replicates", type=at_least(1), default=None, help="bootstrap replicates (default 200)")
-    p.add_argument("--seed", type=int, default=None, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=None, help="bootstrap seed (default 0)")
     p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
     config_args(p)
     runtime_args(p)
@@ -121,8 +130,6 @@ def cmd_floor(args: argparse.Namespace) -> int:
     from timestep_lab.data.prepared import PreparedData, data_identity
     from timestep_lab.metrics.floor import BOOTSTRAP_REPLICATES, BOOTSTRAP_SEED, write_floor
 
-    if args.num_samples is not None and args.num_samples < 2:
-        raise ConfigError(f"--num-samples must be at least 2, got {args.num_samples}")
     data = PreparedData(args.data, verify=True)
     info = {"path": str(data.path), "dataset": data.manifest.get("dataset"), "split": data.manifest.get("split"),
             "count": len(data), "images_sha256": data.manifest.get("images_sha256"),

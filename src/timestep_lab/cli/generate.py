@@ -15,6 +15,7 @@ from pathlib import Path
 
 from timestep_lab.cli.common import (
     at_least,
+    check_run_models,
     checkpoint_args,
     code_identity,
     command,
@@ -22,6 +23,7 @@ from timestep_lab.cli.common import (
     device,
     eval_config,
     log,
+    run_config_arg,
     runtime_args,
     sample_config,
 )
@@ -79,6 +81,7 @@ def _sample_score_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", type=Path, required=True, help="reference .npz (from `reference-stats`)")
     p.add_argument("--metrics", type=Path, required=True, help="metrics.json to write (as `evaluate --out`)")
     p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
+    run_config_arg(p)
 
 
 @command("sample-score", "sample a model into samples.npz (+ PNG grid) and score them into metrics.json, one process",
@@ -91,6 +94,7 @@ def cmd_sample_score(args: argparse.Namespace) -> int:
 
     cfg = eval_config(args, allowed=("eval", "sample"))  # refuses other sections before any work
     ref = load_reference(args.reference)  # a missing reference fails before the model is read
+    check_run_models([args.model], args.run_config, ref, args.format)  # scored only as its own run
     scfg = sample_config(args.model, args.config, [o for o in args.overrides if o.startswith("sample.")],
                          fmt=args.format)
     info, res = sample_and_score(args.model, args.out, args.metrics, ref, scfg, cfg=cfg,

@@ -14,7 +14,7 @@ from timestep_lab.cli.common import command, log
 from timestep_lab.config import ConfigError
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.reporting import render_notebook
-from timestep_lab.reporting.across import render_scorecard, scorecard_text
+from timestep_lab.reporting.across import render_scorecard, scorecard_data, scorecard_text
 from timestep_lab.reporting.study_scale import order_by_scale, read_study
 
 
@@ -56,6 +56,16 @@ def _scorecard_args(p: argparse.ArgumentParser) -> None:
                         "the reason, instead of failing (the Snakemake target's mode)")
 
 
+def _renders(folder: Path, study) -> None:
+    """Build the study's cells alone once, so a verdicts.json whose claims hold values of a kind
+    no check foresaw is an ArtifactError naming it (left out with --skip-missing), not a traceback."""
+    try:
+        scorecard_data([study])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ArtifactError(f"{folder}/verdicts.json: a claim cannot be read ({type(exc).__name__}: "
+                            f"{str(exc)[:200]})") from None
+
+
 @command("scorecard", "the claims across scales: several studies' verdicts side by side -> self-contained HTML",
          _scorecard_args)
 def cmd_scorecard(args: argparse.Namespace) -> int:
@@ -71,6 +81,7 @@ def cmd_scorecard(args: argparse.Namespace) -> int:
     for folder in args.results:
         try:
             study = read_study(folder, rules)
+            _renders(folder, study)
         except ArtifactError as exc:
             if not args.skip_missing:
                 raise

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from timestep_lab.cli.common import at_least, checkpoint_args, command, device, log, named_paths as _pairs, runtime_args
 from timestep_lab.config import ConfigError
+from timestep_lab.config.schema import MIN_FID_SAMPLES
 from timestep_lab.artifacts.io import atomic_write_json
 
 
@@ -119,7 +120,8 @@ def _contribution_args(p: argparse.ArgumentParser) -> None:
     checkpoint_args(p)
     p.add_argument("--gt-data", type=Path, required=True, help="prepared held-out images (sample i gets image i)")
     p.add_argument("--ranges", type=int, nargs="*", default=[], help="paper ranges LO HI LO HI ... (1-based, T = 1000)")
-    p.add_argument("--num-samples", type=at_least(1), required=True)
+    p.add_argument("--num-samples", type=at_least(MIN_FID_SAMPLES), required=True,
+                   help=f"held-out images, one sample each, per arm (every arm is scored: >= {MIN_FID_SAMPLES})")
     p.add_argument("--method", default="ddpm", choices=("ddpm", "ddim"))
     p.add_argument("--steps", default=None, type=lambda v: None if v in ("null", "None", "") else int(v),
                    help="chain steps (null: all T)")

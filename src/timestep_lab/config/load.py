@@ -26,8 +26,80 @@ __all__ = ["load_yaml", "parse_scalar", "dump_yaml", "parse_override", "apply_ov
            "dump_config"]
 
 
+#: how deep a config may nest (ours nest 6 levels): deeper is refused before Python's recursion limit
+MAX_DEPTH = 64
+#: how many nodes aliases (``*name``) may add when they are expanded: a few reused blocks, not a
+#: "billion laughs" document whose expansion takes gigabytes
+MAX_ALIAS_NODES = 10_000
+
+
+class _StrictYAMLError(yaml.YAMLError):
+    """A document this loader refuses: a duplicated key, nesting or alias expansion past the bounds."""
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``)."""
+    """SafeLoader that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``), and reads
+    strictly: a key given twice in one mapping (the second would silently win), nesting deeper
+    than :data:`MAX_DEPTH`, and aliases that would expand to more than :data:`MAX_ALIAS_NODES`
+    nodes are refused, the last before anything is expanded (the node graph is counted, with
+    each shared node counted once per use)."""
+
+    def compose_node(self, parent, index):  # noqa: D102 - yaml's own method, depth-counted
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _StrictYAMLError(f"line {mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self):  # noqa: D102 - the document's graph, checked before it is constructed
+        node = super().get_single_node()
+        if node is not None:
+            own, expanded = _node_counts(node)
+            if expanded - own > MAX_ALIAS_NODES:
+                raise _StrictYAMLError(f"its aliases (*name) would expand to {expanded:,} nodes, {expanded - own:,} "
+                                       f"more than written (at most {MAX_ALIAS_NODES:,} allowed): refused before any is expanded")
+        return node
+
+    def construct_mapping(self, node, deep=False):  # noqa: D102 - duplicate keys refused
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[tuple[str, str], Any] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise _StrictYAMLError(f"line {key_node.start_mark.line + 1}: key '{key_node.value}' appears "
+                                           f"twice in one mapping (first on line {seen[key].line + 1}); the second "
+                                           f"would silently replace the first")
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def _node_counts(root: yaml.Node) -> tuple[int, int]:
+    """(distinct nodes, nodes once every alias is expanded) of a composed document, without
+    expanding it: each node's expanded size is computed once and summed over its uses."""
+    sizes: dict[int, int] = {}
+    pending: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in pending:
+            raise _StrictYAMLError(f"line {node.start_mark.line + 1}: an alias refers to the block that contains it "
+                                   f"(a recursive structure)")
+        pending.add(key)
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
+            node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes[key] = 1 + sum(size(c) for c in children)
+        pending.discard(key)
+        return sizes[key]
+
+    expanded = size(root)
+    return len(sizes), expanded
 
 
 _FLOAT_RE = re.compile(
@@ -47,7 +119,8 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Read one YAML file; a missing file or a syntax error names the file."""
+    """Read one YAML file strictly (:class:`_Loader`); a missing file, a syntax error, a duplicated
+    key, too deep a nesting or an alias bomb is a :class:`ConfigError` naming the file (and line)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -59,15 +132,20 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
     try:
         data = yaml.load(text, Loader=_Loader)
+    except _StrictYAMLError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     return {} if data is None else data
 
 
 def parse_scalar(text: str) -> Any:
-    """Parse one ``--set`` value the way YAML would (numbers, lists, null, strings)."""
+    """Parse one ``--set`` value the way YAML would (numbers, lists, null, strings); a value this
+    loader refuses (a duplicated key, too deep, an alias bomb) is a :class:`ConfigError`."""
     try:
         return yaml.load(text, Loader=_Loader)
+    except _StrictYAMLError as exc:
+        raise ConfigError(f"--set value {text[:40]!r}: {exc}") from None
     except yaml.YAMLError:
         return text
 

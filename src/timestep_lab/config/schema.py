@@ -28,6 +28,9 @@ __all__ = [
     "RunConfig",
     "TRAINED_FEATURE_EXTRACTORS",
     "FEATURE_EXTRACTORS",
+    "SEED_MAX",
+    "NUMPY_SEED_MAX",
+    "MIN_FID_SAMPLES",
 ]
 
 #: Names of the feature extractors the pipeline trains itself (``train-features``; their networks
@@ -36,6 +39,18 @@ __all__ = [
 #: Snakefile and the config checks need the names at DAG build.
 TRAINED_FEATURE_EXTRACTORS = ("digits-cnn", "mnist-cnn")
 FEATURE_EXTRACTORS = (*TRAINED_FEATURE_EXTRACTORS, "inception-v3", "rehearsal-cnn")  # rehearsal-cnn: `rehearse`'s random stand-in
+
+
+#: the largest seed: every seed is a torch.Generator seed of 64 bits, and sums like ``seed + i``
+#: and torch's int64 tensors of seeds must not overflow (2**63 - 1)
+SEED_MAX = 2**63 - 1
+#: the largest seed of numpy's legacy generator (KID's subsets in clean-fid): 2**32 - 1
+NUMPY_SEED_MAX = 2**32 - 1
+#: the fewest samples (and reference images) the protocol scores: every metric it records is
+#: then defined, precision/recall's k = 3 nearest-neighbour balls included (k + 1 points;
+#: ``timestep_lab.metrics.fid.PRC_NEIGHBORHOOD``). An FID of 2 samples, recorded with status ok,
+#: measured nothing; a rehearsal's 4 samples are the smallest a study uses
+MIN_FID_SAMPLES = 4
 
 
 class ConfigError(ValueError):
@@ -192,7 +207,7 @@ class TrainConfig:
         _require(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         _require(self.batch_gpu is None or 0 < self.batch_gpu <= self.batch_size,
                  f"batch_gpu must be in [1, batch_size={self.batch_size}] or null, got {self.batch_gpu}")
-        _require(self.total_kimg > 0, f"total_kimg must be > 0, got {self.total_kimg}")
+        _require(self.total_kimg >= 0.001, f"total_kimg must be >= 0.001 (one image), got {self.total_kimg}")
         _require(self.ema_halflife_kimg >= 0, f"ema_halflife_kimg must be >= 0, got {self.ema_halflife_kimg}")
         _require(self.ema_rampup_ratio is None or self.ema_rampup_ratio > 0,
                  f"ema_rampup_ratio must be > 0 or null, got {self.ema_rampup_ratio}")
@@ -204,6 +219,7 @@ class TrainConfig:
         _require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                  f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         _require(self.on_nonfinite in ("fail", "record"), f"on_nonfinite must be fail or record, got {self.on_nonfinite!r}")
+        _require(0 <= self.seed <= SEED_MAX, f"seed must be in [0, 2**63 - 1], got {self.seed}")
 
 
 @dataclass(frozen=True)
@@ -226,7 +242,9 @@ class SampleConfig:
         _require(self.steps is None or self.steps > 0, f"steps must be > 0 or null, got {self.steps}")
         _require(self.eta >= 0, f"eta must be >= 0, got {self.eta}")
         _require(self.num_samples > 0, f"num_samples must be > 0, got {self.num_samples}")
-        _require(self.seed_base >= 0, f"seed_base must be >= 0, got {self.seed_base}")
+        _require(0 <= self.seed_base <= SEED_MAX - self.num_samples + 1,
+                 f"seed_base must be in [0, 2**63 - num_samples] (the samples' seeds are seed_base + i), "
+                 f"got {self.seed_base}")
         _require(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         _require(self.grid_size >= 0, f"grid_size must be >= 0, got {self.grid_size}")
 
@@ -262,13 +280,14 @@ class EvalConfig:
     def __post_init__(self) -> None:
         _require(self.feature_extractor in (None, *FEATURE_EXTRACTORS),
                  f"feature_extractor must be one of {', '.join(FEATURE_EXTRACTORS)}, got {self.feature_extractor!r}")
-        _require(self.num_samples is None or self.num_samples >= 2, f"num_samples must be >= 2 or null, got {self.num_samples}")
+        _require(self.num_samples is None or self.num_samples >= MIN_FID_SAMPLES,
+                 f"num_samples must be >= {MIN_FID_SAMPLES} or null, got {self.num_samples}")
         _require(len(self.tools) > 0 and all(t in ("torch-fidelity", "clean-fid") for t in self.tools)
                  and len(set(self.tools)) == len(self.tools),
                  f"tools must be a non-empty list of torch-fidelity and/or clean-fid, got {list(self.tools)}")
         _require(self.kid_subset_size >= 2, f"kid_subset_size must be >= 2, got {self.kid_subset_size}")
         _require(self.kid_subsets > 0, f"kid_subsets must be > 0, got {self.kid_subsets}")
-        _require(self.kid_seed >= 0, f"kid_seed must be >= 0, got {self.kid_seed}")
+        _require(0 <= self.kid_seed <= NUMPY_SEED_MAX, f"kid_seed must be in [0, 2**32 - 1], got {self.kid_seed}")
         _require(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         _require(self.download_timeout_s > 0, f"download_timeout_s must be > 0, got {self.download_timeout_s}")
 

@@ -22,6 +22,9 @@ def _prepare_digits(source: Path | None, split: str, resolution: int | None) -> 
     """scikit-learn's bundled digits (UCI ML hand-written digits test set), 8x8 grey."""
     import sklearn.datasets
 
+    if source is not None:  # it would be ignored, and the user believe the prepared data are theirs
+        raise DataError(f"{source}: digits is scikit-learn's bundled set and reads no source; leave --source "
+                        f"(data.source) unset, or prepare another data set")
     if split not in ("train", "test", "all"):
         raise DataError(f"digits: split must be train, test or all, got {split!r}")
     if resolution not in (None, 8):

@@ -86,6 +86,7 @@ from torch import Tensor, nn
 
 from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
 from timestep_lab.data import DataError, PreparedData
+from timestep_lab.errors import InputError
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_json, load_torch, save_torch, sha256_file
 
 __all__ = ["FEATURE_FORMAT", "FEATURE_NETS", "FeatureNet", "FeatureCNN", "DigitsCNN", "MnistCNN", "RehearsalCNN",
@@ -275,6 +276,20 @@ def _check_split(d: PreparedData, spec: FeatureNet) -> None:
                         f"(got images {list(d.images.shape[1:])}, labels {'yes' if d.labels is not None else 'no'})")
 
 
+def _check_splits(train: PreparedData, test: PreparedData, spec: FeatureNet) -> None:
+    """Both splits fit ``spec``; the test split is not the training images (its accuracy would not
+    be held out); the training labels hold two classes at least (a classifier's features)."""
+    for d in (train, test):
+        _check_split(d, spec)
+    if train.identity["images_sha256"] == test.identity["images_sha256"]:
+        raise InputError(f"{test.path}: the test split holds the training images ({train.path}: the same images "
+                         f"sha256); the held-out accuracy needs images the network did not train on")
+    classes = np.unique(train.labels)
+    if len(classes) < 2:
+        raise InputError(f"{train.path}: labels of {len(classes)} class; a feature extractor is trained to tell "
+                         f"classes apart: at least 2 needed")
+
+
 def train_feature_net(name: str, train_dir: str | Path, test_dir: str | Path, out: str | Path, *, seed: int = 0,
                       epochs: int | None = None, batch_size: int | None = None, lr: float | None = None,
                       threads: int = 1) -> TrainedFeatures:
@@ -292,8 +307,7 @@ def train_feature_net(name: str, train_dir: str | Path, test_dir: str | Path, ou
     epochs, batch_size, lr = (spec.epochs if epochs is None else epochs, batch_size or spec.batch_size,
                               spec.lr if lr is None else lr)
     train, test = PreparedData(train_dir, verify=True), PreparedData(test_dir, verify=True)
-    for d in (train, test):
-        _check_split(d, spec)
+    _check_splits(train, test, spec)
     x, y = _nchw(np.asarray(train.images)), torch.as_tensor(train.labels)
     num_classes = int(max(train.labels.max(), test.labels.max())) + 1
     cpu0 = time.process_time()

@@ -14,8 +14,9 @@ array on first use::
 
 Every member is checked when it is read: against its sha256 (a flipped bit is an error naming
 the file, never another FID), and the arrays for shape (``[count, feature_dim]``,
-``[feature_dim]``, ``[feature_dim, feature_dim]``) and finiteness; non-finite statistics are
-refused when computed, too, so a NaN never reaches a metric.
+``[feature_dim]``, ``[feature_dim, feature_dim]``) and finiteness, and each covariance for
+being one (symmetric, positive semi-definite); such statistics are refused when computed, too, so
+a NaN or a matrix that is no covariance never reaches a metric.
 
 Must not know: samples files, metrics.json, or how images were generated.
 """
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 
 from timestep_lab.artifacts.checksums import NPZ_CHECKSUMS
+from timestep_lab.config.schema import MIN_FID_SAMPLES
 from timestep_lab.errors import InputError
 from timestep_lab.artifacts.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
 from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input, is_feature_net
@@ -64,7 +66,30 @@ def check_statistics(path: str | Path, key: str, arr: np.ndarray, count: int, di
                             f"{dim} features)")
     if not np.isfinite(arr).all():
         raise ArtifactError(f"{path}: '{key}' holds {int((~np.isfinite(arr)).sum())} NaN or infinite values")
+    if key.endswith("_sigma"):
+        _check_covariance(path, key, arr)
     return arr
+
+
+def _check_covariance(path: str | Path, key: str, sigma: np.ndarray) -> None:
+    """A covariance matrix is symmetric and positive semi-definite: else a valid checksum still
+    guards a matrix that gives FID -5774 (or a complex square root). Symmetry to 1e-6 of its
+    largest entry; semi-definite by a Cholesky factorisation of ``sigma + eps I`` (eps = 1e-6 of
+    its mean variance, room for rounding), a tenth of the cost of its eigenvalues, which are
+    computed only to say how far off a refused one is."""
+    s = np.asarray(sigma, dtype=np.float64)
+    scale = float(np.abs(s).max()) if s.size else 0.0
+    asym = float(np.abs(s - s.T).max()) if s.size else 0.0
+    if asym > 1e-6 * max(scale, 1e-300):
+        raise ArtifactError(f"{path}: '{key}' is not a covariance matrix (not symmetric: entries differ from their "
+                            f"transpose by up to {asym:.3g})")
+    eps = 1e-6 * max(float(np.trace(s)) / max(len(s), 1), 1e-12)
+    try:
+        np.linalg.cholesky(s + eps * np.eye(len(s)))
+    except np.linalg.LinAlgError:
+        lowest = float(np.linalg.eigvalsh((s + s.T) / 2).min())
+        raise ArtifactError(f"{path}: '{key}' is not a covariance matrix (not positive semi-definite: an eigenvalue "
+                            f"is {lowest:.3g})") from None
 
 
 class _NpzArrays(Mapping):
@@ -131,8 +156,8 @@ def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExt
     (``progress``: a bar over the tools)."""
     device = torch.device(device)
     images = to_extractor_input(images_nhwc, spec)
-    if len(images) < 2:
-        raise ArtifactError(f"a reference set needs at least 2 images, got {len(images)}")
+    if len(images) < MIN_FID_SAMPLES:
+        raise ArtifactError(f"a reference set needs at least {MIN_FID_SAMPLES} images, got {len(images)}")
     arrays: dict[str, np.ndarray] = {}
     for tool in stages([t for t in ("torch-fidelity", "clean-fid") if t in spec.weights], "reference", progress):
         if tool == "torch-fidelity":

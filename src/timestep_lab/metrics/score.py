@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from timestep_lab.config import EvalConfig
+from timestep_lab.config.schema import MIN_FID_SAMPLES
 from timestep_lab.metrics.features import load_feature_net
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import (
@@ -103,8 +104,13 @@ def evaluate_samples(images_nhwc: np.ndarray, reference: str | Path | Reference,
         raise ArtifactError(f"samples are {list(images.shape[1:])} images, {ref.path} holds "
                             f"{ref.meta['image_shape']} images")
     images = to_extractor_input(images, spec)
-    if len(images) < 2:
-        raise ArtifactError(f"FID needs at least 2 samples, got {len(images)}")
+    if len(images) < MIN_FID_SAMPLES:
+        raise ArtifactError(f"FID needs at least {MIN_FID_SAMPLES} samples (every metric of the protocol is defined "
+                            f"from {MIN_FID_SAMPLES}), got "
+                            f"{len(images)}")
+    if ref.count < MIN_FID_SAMPLES:
+        raise ArtifactError(f"{ref.path}: FID needs at least {MIN_FID_SAMPLES} reference images, the file holds "
+                            f"{ref.count}")
     versions = tool_versions()
     protocol = _protocol(spec, ref, len(images), meta, code)
     runners = {"torch-fidelity": torch_fidelity_metrics, "clean-fid": clean_fid_metrics}

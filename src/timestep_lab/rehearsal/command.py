@@ -56,6 +56,15 @@ def _estimate(source: str) -> str:
     return "\n".join(ln for ln in lines.splitlines() if not ln.startswith("timestep_lab usage:"))
 
 
+def _check_dir(folder: str, root: Path) -> None:
+    """``--dir`` must be a folder under the project root: the rehearsal's config names its stand-ins
+    by paths relative to the root, and a rehearsal writes nothing outside the project."""
+    inside = (root / folder).resolve()
+    if Path(folder).is_absolute() or not inside.is_relative_to(root.resolve()) or inside == root.resolve():
+        raise ConfigError(f"--dir {folder}: must be a folder under the project root {root} (relative, without "
+                          f"'..' out of it): the rehearsal writes its config and stand-ins there")
+
+
 def run(args: argparse.Namespace) -> int:
     # imported here: the plan checks every run config (torch), and the CLI builds this parser for --help
     from timestep_lab.cost.estimate import load_plan
@@ -73,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{source}: is itself a rehearsal (of {raw['rehearsal'].get('of')}); rehearse the study "
                           f"it copies")
     study = load_plan(source).study
+    _check_dir(args.dir, root)
     paths = RehearsalPaths(str(args.dir), str(study["study"]))
     cfg = rehearsal_study(study, source=source, paths=paths, fast_features=args.fast_features)
     for line in write_stand_ins(cfg, paths, root):

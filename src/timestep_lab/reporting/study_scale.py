@@ -98,7 +98,7 @@ def _read_verdicts(results: Path) -> dict[str, Any]:
     path = results / "verdicts.json"
     if not path.is_file():
         raise ArtifactError(f"{results}: no verdicts.json (not a study's results folder, or its study has not reached "
-                            f"the verdicts rule: snakemake --configfile <its config> {path})")
+                            f"the verdicts rule: snakemake {path} --configfile <its config>)")
     data = read_json(path)
     fmt = data.get("format") if isinstance(data, dict) else None
     if fmt != VERDICTS_FORMAT:
@@ -106,7 +106,35 @@ def _read_verdicts(results: Path) -> dict[str, Any]:
                             "study's verdicts rule)")
     if not isinstance(data.get("claims"), list):
         raise ArtifactError(f"{path}: no 'claims' list")
+    for i, claim in enumerate(data["claims"]):
+        _check_claim(path, i, claim)
     return data
+
+
+_NUMBER, _TEXT, _OBJECT = (int, float), (str,), (dict,)
+#: the items of a claim the scorecard reads, and their JSON types (each may also be null)
+_CLAIM_ITEMS = {"verdict": _TEXT, "kind": _TEXT, "baseline": _TEXT, "n": _NUMBER, "diff": _NUMBER, "p_adj": _NUMBER,
+                "expected_sign": _NUMBER, "family_size": _NUMBER, "regime": _OBJECT, "log": _OBJECT}
+
+
+def _check_claim(path: Path, i: int, claim: Any) -> None:
+    """A claim of ``verdicts.json`` is an object with a text ``id``, and the items the scorecard
+    reads have their types (:data:`_CLAIM_ITEMS`; ``regime.train_kimg`` a number): else an
+    :class:`ArtifactError` naming the file, the claim and the item (never a traceback)."""
+    if not isinstance(claim, dict) or not isinstance(claim.get("id"), str):
+        raise ArtifactError(f"{path}: claims[{i}] is not a claim (an object with a text 'id')")
+    items = dict(_CLAIM_ITEMS)
+    regime = claim.get("regime")
+    for key, kinds in items.items():
+        value = claim.get(key)
+        if value is not None and (isinstance(value, bool) and kinds is _NUMBER or not isinstance(value, kinds)):
+            raise ArtifactError(f"{path}: claim {claim['id']!r}: '{key}' must be "
+                                f"{'a number' if kinds is _NUMBER else 'text' if kinds is _TEXT else 'an object'} "
+                                f"or null, got {value!r}"[:300])
+    kimg = regime.get("train_kimg") if isinstance(regime, dict) else None
+    if kimg is not None and (isinstance(kimg, bool) or not isinstance(kimg, _NUMBER)):
+        raise ArtifactError(f"{path}: claim {claim['id']!r}: 'regime.train_kimg' must be a number or null, got "
+                            f"{kimg!r}"[:300])
 
 
 def _base_run(results: Path, verdicts: Mapping[str, Any]) -> Path | None:

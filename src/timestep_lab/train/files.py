@@ -13,41 +13,44 @@ Files under ``out_dir``::
     stale-<hash>/                   a run of another config, set aside (below)
     .lock                           the writer's pid and host (timestep_lab.artifacts.runlock)
 
-The training state is keyed to the config that wrote it: resuming with a config that differs in
-anything but :data:`RESUMABLE_CHANGES` (say ``optim.lr``, changed in a study config) does not
-fail; that run's files (``train_state/``, ``model.pt``, ``train_log.jsonl``, ``snapshots/``,
-``config.yaml``) move to ``stale-<first 8 hex digits of the old config's sha256>/`` with a
-logged warning naming the changed keys, and the run starts fresh. An unchanged config resumes.
+The training state, every snapshot and ``model.pt`` record what the run is made from
+(:func:`run_inputs`): the resolved config's sha256, the prepared data's content identity (the
+sha256 of its images and labels, checked against the files when training opened them) and the
+sha256 of the ``train.init_from`` model it starts from. A state is resumed only by the run it
+belongs to: the same config up to :data:`RESUMABLE_CHANGES`, the same data content, the same
+parent model, and not past this run's length (a shorter ``train.total_kimg`` is a new run, not
+the longer one relabelled). Anything else does not fail; that run's files (``train_state/``,
+``model.pt``, ``train_log.jsonl``, ``snapshots/``, ``config.yaml``) move to
+``stale-<first 8 hex digits of the old config's sha256>/`` with a logged warning saying what
+changed, and the run starts fresh. A state that records no inputs (an earlier version wrote
+it) is set aside the same way.
 
 The files' formats are :mod:`timestep_lab.checkpoints.native`. Must not know the training step.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from torch import Tensor, nn
 
 from timestep_lab.checkpoints import CHECKPOINT_FORMAT
+from timestep_lab.checkpoints.info import model_sha256
 from timestep_lab.config import RunConfig, config_to_dict
-from timestep_lab.artifacts.io import ArtifactError, atomic_path, atomic_write_text, canonical_json, load_torch
+from timestep_lab.config.identity import RESUMABLE_CHANGES, config_sha256, differing
+from timestep_lab.artifacts.io import ArtifactError, atomic_path, atomic_write_text, load_torch
 from timestep_lab.optim import EMA
 
-__all__ = ["RESUMABLE_CHANGES", "RunPaths", "snapshot_name", "read_resume_checkpoint", "ema_state_dict", "publish",
-           "truncate_log"]
+__all__ = ["RESUMABLE_CHANGES", "RunPaths", "snapshot_name", "run_inputs", "read_resume_checkpoint",
+           "ema_state_dict", "publish", "truncate_log"]
 
 log = logging.getLogger(__name__)
-
-# config keys that may change between a checkpoint and its resumption
-RESUMABLE_CHANGES = ("train.total_kimg", "train.log_every_kimg", "train.checkpoint_every_kimg",
-                     "train.snapshot_every_kimg", "train.device", "train.compile", "train.on_nonfinite",
-                     "sample", "eval", "data.path")
 
 
 @dataclass(frozen=True)
@@ -83,11 +86,24 @@ def snapshot_name(nimg: int) -> str:
     return f"snapshot-{int(nimg):09d}.pt"
 
 
-def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig, set_aside_stale: bool = True) -> dict | None:
-    """``train_state/checkpoint.pt`` when it is ours and was written with ``cfg`` (up to
-    :data:`RESUMABLE_CHANGES`); None when there is none, or when it was written with another
-    config: then that run is set aside (:func:`set_aside`; only where ``set_aside_stale``, i.e.
-    by the one process that writes files) and the caller starts fresh.
+def run_inputs(cfg: RunConfig, data_identity: dict) -> dict:
+    """What a run is made from, recorded in its training state, snapshots and ``model.pt`` under
+    ``inputs``: ``{"config_sha256": sha256 of the resolved config, "data": data_identity (the
+    prepared data's :attr:`~timestep_lab.data.PreparedData.identity`), "init_sha256": the
+    :func:`~timestep_lab.checkpoints.info.model_sha256` of ``train.init_from``, or None}``."""
+    init = cfg.train.init_from
+    if init and not Path(init).exists():
+        raise ArtifactError(f"{init}: train.init_from not found")
+    return {"config_sha256": config_sha256(config_to_dict(cfg)), "data": dict(data_identity),
+            "init_sha256": model_sha256(init) if init else None}
+
+
+def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig, inputs: dict, set_aside_stale: bool = True) -> dict | None:
+    """``train_state/checkpoint.pt`` when it is ours and belongs to this run (module docstring:
+    the config up to :data:`RESUMABLE_CHANGES`, the ``inputs`` of :func:`run_inputs`, the
+    length); None when there is none, or when it belongs to another run: then that run is set
+    aside (:func:`set_aside`; only where ``set_aside_stale``, i.e. by the one process that writes
+    files) and the caller starts fresh.
 
     :raises ArtifactError: not a timestep_lab training checkpoint (or truncated, corrupted).
     """
@@ -96,21 +112,49 @@ def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig, set_aside_stale: boo
     ckpt = load_torch(paths.checkpoint, map_location="cpu")
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("config"), dict):
         raise ArtifactError(f"{paths.checkpoint}: not a timestep_lab training checkpoint")
-    changed = _resumable(_config_diff(ckpt["config"], config_to_dict(cfg)))
-    if changed:
+    why = _not_this_run(ckpt, cfg, inputs)
+    if why:
         if not set_aside_stale:
             return None
         where = set_aside(paths, ckpt["config"])
-        log.warning("%s: train_state/ was written with a different config (%s); that run was set aside in %s/ "
-                    "and this one starts fresh", paths.out, ", ".join(changed), where.name)
+        log.warning("%s: train_state/ %s; that run was set aside in %s/ and this one starts fresh", paths.out, why,
+                    where.name)
         return None
     return ckpt
+
+
+def _short(digest: Any) -> str:
+    return str(digest)[:12] if digest else "none"
+
+
+def _not_this_run(ckpt: dict, cfg: RunConfig, inputs: dict) -> str | None:
+    """Why the training state ``ckpt`` is not a state of the run ``cfg`` made from ``inputs``
+    (a phrase that follows "train_state/"), or None when it is."""
+    changed = differing(ckpt["config"], config_to_dict(cfg), RESUMABLE_CHANGES)
+    if changed:
+        return f"was written with a different config ({', '.join(changed)})"
+    recorded = ckpt.get("inputs")
+    if not isinstance(recorded, dict):
+        return "records neither the data nor the model it was trained from (an earlier version wrote it)"
+    old, new = recorded.get("data") or {}, inputs["data"]
+    for key in ("images_sha256", "labels_sha256"):
+        if old.get(key) != new.get(key):
+            return (f"was trained on other data ({key.split('_')[0]} sha256 {_short(old.get(key))}, now "
+                    f"{_short(new.get(key))} in {cfg.data.path})")
+    if recorded.get("init_sha256") != inputs["init_sha256"]:
+        return (f"started from another model (train.init_from sha256 {_short(recorded.get('init_sha256'))}, now "
+                f"{_short(inputs['init_sha256'])})")
+    total, batch, nimg = int(round(cfg.train.total_kimg * 1000)), cfg.train.batch_size, int(ckpt.get("nimg", 0))
+    if nimg - batch >= total:  # this run would have stopped at least one step earlier
+        return (f"is at {nimg / 1000:g} kimg, past train.total_kimg={cfg.train.total_kimg:g} (a shorter run is not "
+                f"the longer one relabelled)")
+    return None
 
 
 def set_aside(paths: RunPaths, old_config: dict) -> Path:
     """Move the files of the run written with ``old_config`` to ``stale-<hash>/`` (a previous
     copy under that name is replaced: it holds the same config's run)."""
-    digest = hashlib.sha256(canonical_json(old_config).encode()).hexdigest()[:8]
+    digest = config_sha256(old_config)[:8]
     dest = paths.out / f"stale-{digest}"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir()
@@ -118,22 +162,6 @@ def set_aside(paths: RunPaths, old_config: dict) -> Path:
         if src.exists():
             os.replace(src, dest / src.name)
     return dest
-
-
-def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    keys = []
-    for k in sorted(set(a) | set(b)):
-        va, vb = a.get(k), b.get(k)
-        key = f"{prefix}{k}"
-        if isinstance(va, dict) and isinstance(vb, dict):
-            keys += _config_diff(va, vb, key + ".")
-        elif va != vb:
-            keys.append(key)
-    return keys
-
-
-def _resumable(keys: list[str]) -> list[str]:
-    return [k for k in keys if not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES)]
 
 
 def ema_state_dict(model: nn.Module, ema: EMA) -> dict[str, Tensor]:

@@ -42,7 +42,7 @@ from timestep_lab.components import build_model
 from timestep_lab.config import RunConfig, config_to_dict, dump_config
 from timestep_lab.distributed import World
 from timestep_lab.artifacts.events import RunEvents
-from timestep_lab.artifacts.io import load_torch, save_torch
+from timestep_lab.artifacts.io import ArtifactError, load_torch, save_torch
 from timestep_lab.optim import EMA
 from timestep_lab.processes.predictions import HEADS, MixedPrediction
 from timestep_lab.artifacts.runlock import RunLock
@@ -51,6 +51,7 @@ from timestep_lab.train.files import (
     ema_state_dict,
     publish,
     read_resume_checkpoint,
+    run_inputs,
     snapshot_name,
     truncate_log,
 )
@@ -98,8 +99,8 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         None writes none.
     :param code: the code identity of this process (:mod:`timestep_lab.artifacts.identity`, given by the
         entry point), written into every ``train_log.jsonl`` record: a run resumed under other
-        code says so record by record. Not in ``model.pt``, whose bytes depend on the config
-        and seed only.
+        code says so record by record. Not in ``model.pt``, whose bytes depend on the config,
+        seed, data and parent model only.
     :raises NonFiniteLossError: when the loss becomes NaN/inf and ``train.on_nonfinite`` is ``fail``.
     """
     # one writer per run folder: rank 0 holds out_dir/.lock for the whole run (a second writer
@@ -150,6 +151,9 @@ class _Run:
     def __init__(self, cfg: RunConfig, paths: RunPaths, ts: TrainStep, world: World, code: Mapping[str, Any] | None):
         self.cfg, self.paths, self.ts, self.world, self.code = cfg, paths, ts, world, code
         tc = cfg.train
+        #: what the run is made from (config, data content, parent model), recorded in every
+        #: checkpoint, snapshot and model.pt; a checkpoint resumes only with the same (.files)
+        self.inputs = run_inputs(cfg, ts.data.identity)
         #: the log, checkpoint and snapshot intervals in images (None: never)
         self.every = {k: int(round(getattr(tc, f"{k}_every_kimg") * 1000)) if getattr(tc, f"{k}_every_kimg") else None
                       for k in ("log", "checkpoint", "snapshot")}
@@ -165,7 +169,7 @@ class _Run:
         ``train.init_from``, an empty state folder. Writes the resolved config. Returns the
         checkpoint read, or None."""
         cfg, paths, ts, world, tc = self.cfg, self.paths, self.ts, self.world, self.cfg.train
-        ckpt = read_resume_checkpoint(paths, cfg, set_aside_stale=world.is_main) if resume else None
+        ckpt = read_resume_checkpoint(paths, cfg, self.inputs, set_aside_stale=world.is_main) if resume else None
         if ckpt is not None:
             ts.net.load_state_dict(ckpt["model"])
             ts.ema.load_state_dict(ckpt["ema"])
@@ -267,7 +271,7 @@ class _Run:
                 "channels": ts.data.channels, "model": ts.net.state_dict(), "ema": ts.ema.state_dict(),
                 "optimizer": ts.optimizer.state_dict(), "sampler": ts.sampler.state_dict(),
                 "stream": ts.stream.state_dict(), "generator": ts.gen.get_state(), "acc": ts.acc.state_dict(),
-                "nimg": ts.nimg, "step": ts.steps_done,
+                "nimg": ts.nimg, "step": ts.steps_done, "inputs": self.inputs,
                 "wall_time_s": self.wall_before + (time.perf_counter() - self.t_start),
             }, self.paths.checkpoint)
         self.world.barrier()
@@ -277,7 +281,7 @@ class _Run:
         if self.world.is_main:
             snap = {"format": SNAPSHOT_FORMAT, "config": config_to_dict(self.cfg), "image_size": ts.data.resolution,
                     "channels": ts.data.channels, "ema": ema_state_dict(ts.net, ts.ema), "nimg": ts.nimg,
-                    "step": ts.steps_done}
+                    "step": ts.steps_done, "inputs": self.inputs}
             if isinstance(ts.prediction, MixedPrediction):  # a snapshot samples like model.pt: with its own head table
                 snap["mixed_head_errors"], snap["mixed_head_per_t"] = self._snapshot_heads(snap["ema"])
             save_torch(snap, self.paths.state_snapshots / snapshot_name(ts.nimg))
@@ -323,12 +327,24 @@ class _Run:
         if self.code is not None:
             rec["code"] = dict(self.code)
         if world.is_main:
-            with open(self.paths.state_log, "a") as fh:
-                fh.write(json.dumps(rec) + "\n")
+            self._append_log(rec)
         if self.curves is not None:
             self.curves.record(rec, ts.sampler.probs().tolist() if ts.sampler.stateful else None)
         acc.reset()
         return rec
+
+    def _append_log(self, rec: dict) -> None:
+        """One record appended to ``train_state/train_log.jsonl`` in one write; a full disk (or any
+        write error) is an :class:`ArtifactError` naming the file: the state saved at the last
+        checkpoint stands, and a rerun resumes there (a torn last line is dropped on resume)."""
+        line = json.dumps(rec) + "\n"
+        try:
+            with open(self.paths.state_log, "a") as fh:
+                fh.write(line)
+                fh.flush()
+        except OSError as exc:
+            raise ArtifactError(f"{self.paths.state_log}: write failed ({exc.strerror or exc}); training stopped, its "
+                                f"state at the last checkpoint is kept: free space and rerun to resume") from None
 
     def write_final(self, status: str, message: str, last_rec: dict | None) -> None:
         """``model.pt`` (rank 0): the weights (the last good ones if the run diverged), the EMA, a
@@ -346,7 +362,7 @@ class _Run:
                  "channels": data.channels, "model": {k: v.detach().cpu() for k, v in net.state_dict().items()},
                  "ema": ema_state_dict(net, ema), "nimg": nimg, "step": ts.steps_done, "status": status,
                  "message": message, "final_loss": last_rec["loss"] if last_rec else None,
-                 "torch_version": str(torch.__version__)}
+                 "torch_version": str(torch.__version__), "inputs": self.inputs}
         # no wall time in model.pt: identical runs must give identical bytes (and hashes); the
         # time is in train_log.jsonl
         if isinstance(ts.prediction, MixedPrediction) and status == "ok":

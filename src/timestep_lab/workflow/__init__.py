@@ -28,12 +28,14 @@ from timestep_lab.workflow.runs import (
     deep_merge,
     eval_sample,
     fid_sample_count,
+    prepared_base,
     prepared_dir,
     run_config,
     scoring_sample,
 )
-from timestep_lab.workflow.snakefile import config_source_error, launcher, opt, schema_error_summary
+from timestep_lab.workflow.snakefile import config_in_outputs, config_source_error, launcher, opt, schema_error_summary
 from timestep_lab.workflow.study import (
+    check_analysis_needs,
     check_spelling,
     contribution_ranges,
     contribution_sample_count,
@@ -53,14 +55,17 @@ __all__ = [
     "scoring_sample",
     "deep_merge",
     "scale_range",
+    "prepared_base",
     "prepared_dir",
     "contribution_ranges",
     "contribution_sample_count",
     "check_spelling",
+    "check_analysis_needs",
     "write_run_config",
     "launcher",
     "opt",
     "schema_error_summary",
     "config_source_error",
+    "config_in_outputs",
     "check_run_configs",
 ]

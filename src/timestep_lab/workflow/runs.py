@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from timestep_lab.config import ConfigError, apply_overrides
 
-__all__ = ["Run", "AXES", "build_runs", "run_config", "deep_merge", "prepared_dir", "apply_dotted", "check_overrides",
+__all__ = ["Run", "AXES", "build_runs", "run_config", "deep_merge", "prepared_base", "prepared_dir", "apply_dotted", "check_overrides",
            "default_axes", "run_id", "check_entry_spelling", "eval_sample", "process_kind"]
 
 AXES = ("sampler", "weighting", "prediction", "batch_size", "schedule", "seed")
@@ -130,11 +130,22 @@ def scoring_sample(evaluation: Mapping[str, Any], config: Mapping[str, Any], *, 
     return {"num_samples": fid_sample_count(evaluation, progress=progress), **eval_sample(evaluation, config)}
 
 
+def prepared_base(data: Mapping[str, Any]) -> str:
+    """``data.prepared``, the folder of the prepared splits (default ``data/prepared``); one that
+    names the file-system root (``''``, ``/``) is a :class:`ConfigError`: every split would go there."""
+    base = data.get("prepared")
+    base = "data/prepared" if base is None else str(base)
+    if not base.strip("/"):
+        raise ConfigError(f"data.prepared: {base!r} would put the prepared data at the file-system root; name a "
+                          f"folder (default data/prepared)")
+    return base
+
+
 def prepared_dir(data: Mapping[str, Any], split: str) -> str:
     """Where ``prepare`` writes a data set split: ``<prepared>/<dataset>[-<res>]-<split>``
-    (``data.prepared``, default ``data/prepared``)."""
+    (``data.prepared``: :func:`prepared_base`)."""
     res = data.get("resolution")
-    return f"{data.get('prepared') or 'data/prepared'}/{data['dataset']}{'-' + str(res) if res else ''}-{split}"
+    return f"{prepared_base(data)}/{data['dataset']}{'-' + str(res) if res else ''}-{split}"
 
 
 def _axes_config(axes: Mapping[str, Any], study: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -208,6 +219,8 @@ def _entries(group: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
             raise ConfigError(f"{where}.grid: unknown axis '{axis}'; axes are {', '.join(AXES)}")
         if not isinstance(grid[axis], list) or not grid[axis]:
             raise ConfigError(f"{where}.grid.{axis}: expected a non-empty list")
+        if len({json.dumps(v, sort_keys=True) for v in grid[axis]}) != len(grid[axis]):
+            raise ConfigError(f"{where}.grid.{axis}: {grid[axis]} repeats a value (it would be one run, silently)")
     if grid:
         keys = list(grid)
         for values in itertools.product(*(grid[k] for k in keys)):
@@ -238,6 +251,8 @@ def build_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
         where = f"{source}: groups.{gname}"
         common = check_overrides(group.get("overrides"), where)
         seeds = group.get("seeds")
+        if seeds is not None and len(set(seeds)) != len(seeds):
+            raise ConfigError(f"{where}.seeds: {seeds} repeats a seed (it would be one run, silently)")
         entries = _entries(group, where)
         if seeds is not None:
             entries = [{**e, "seed": s} for e in entries for s in seeds] if entries else [{"seed": s} for s in seeds]

@@ -8,25 +8,28 @@ code and a path with a space stays one argument. An option that carries a value 
 ``--flag=value``: a value that starts with '-' (a path named ``--help``) stays the option's value
 instead of becoming an option of its own (tests/test_injection.py renders every rule).
 
-No Snakemake import, no torch, no files.
+No Snakemake import, no torch, no files (paths are compared as strings).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Mapping, Sequence
 
 __all__ = ["launcher", "opt", "schema_error_summary", "NAME_PATTERN", "PATH_PATTERN", "config_source_error",
-           "local_cores"]
+           "config_in_outputs", "local_cores"]
 
 #: the schema's pattern of a name (workflow/schemas/config.schema.yaml, ``identifier``): matched
 #: whole, ``$(?!\n)``, since jsonschema's ``$`` also matches before a final newline
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$(?!\n)"
-#: the schema's pattern of a path (``path``): no control character, no brace
-PATH_PATTERN = r"^[^\x00-\x1f\x7f-\x9f{}]*$(?!\n)"
+#: the schema's pattern of a path (``path``): no control character, no bidirectional-text control
+#: (a right-to-left override shows a path other than the one used), no brace
+PATH_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069{}]*$(?!\n)"
 _RULES = {NAME_PATTERN: "a name holds only letters, digits, '_', '.' and '-', and starts with neither '.' nor '-'",
-          PATH_PATTERN: "a path may hold neither a control character (NUL, newline, tab, ...) nor a brace "
-                        "(Snakemake reads '{...}' as a wildcard)"}
+          PATH_PATTERN: "a path may hold neither a control character (NUL, newline, tab, ...), a "
+                        "bidirectional-text control (a right-to-left override, ...: the path shown is not the "
+                        "one used) nor a brace (Snakemake reads '{...}' as a wildcard)"}
 
 
 LOCAL_EXECUTORS = ("local", "dryrun", "touch")  # Snakemake's executors that run jobs on this host
@@ -62,6 +65,19 @@ def config_source_error(name: str) -> str | None:
     control character, or a brace that Snakemake would read as a wildcard."""
     if re.search(PATH_PATTERN, name) is None:
         return f"{name!r}: cannot be used as the study config's file name: {_RULES[PATH_PATTERN]}; rename the file"
+    return None
+
+
+def config_in_outputs(name: str, outputs: Sequence[str]) -> str | None:
+    """Why the study config ``name`` may not be used where it lies, or None: inside one of the
+    study's ``outputs`` folders (results/<study>, reports/<study>, logs/<study>, dvc/<study>, the
+    prepared data), where a job would overwrite or delete it (``collect`` writes summary.json)."""
+    path = os.path.abspath(name)
+    for folder in outputs:
+        top = os.path.abspath(folder)
+        if os.path.commonpath([path, top]) == top:
+            return (f"{name}: the study config lies in {folder}/, which the study writes (a job would overwrite or "
+                    f"delete it); keep it elsewhere, e.g. under config/")
     return None
 
 

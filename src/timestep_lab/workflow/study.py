@@ -21,6 +21,7 @@ Pure functions of dicts: no Snakemake, no torch, no pandas, no files.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from timestep_lab.config import ConfigError
@@ -39,11 +40,14 @@ from timestep_lab.workflow.runs import (
 )
 
 __all__ = ["study_runs", "reference_run", "finetune_runs", "contribution_ranges", "contribution_sample_count",
-           "check_spelling"]
+           "check_spelling", "check_analysis_needs", "RESERVED_RUN_IDS"]
 
 # retired study-config keys -> the analysis section that now takes ``overrides: {train.total_kimg: N}``
 _RETIRED = {("slots", "finetune_kimg"): "analyses.slots", ("batch_size", "toward_zero_kimg"): "analyses.batch_size"}
 DEFAULT_DERIVED_KIMG = 8  # length of a derived run whose section sets no train.total_kimg
+#: the ids of the runs this module derives (module docstring): a group's run may not take one, or
+#: the derived run would silently replace it (or it the derived run)
+RESERVED_RUN_IDS = re.compile(r"reference|finetune_slot\d+(_s\d+)?|finetune_uniform(_s\d+)?|(toward_zero|uniform)_from-.*")
 
 
 def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
@@ -106,6 +110,11 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
     """
     check_spelling(study, source)
     runs = build_runs(study, source)
+    for rid, run in runs.items():
+        if RESERVED_RUN_IDS.fullmatch(rid):
+            raise ConfigError(f"{source}: groups.{run.groups[0]}: run id '{rid}' is reserved for a run the analyses "
+                              f"derive (reference, finetune_slot<k>[_s<seed>], finetune_uniform[_s<seed>], "
+                              f"toward_zero_from-<run>, uniform_from-<run>); give the entry another id")
     analyses = study.get("analyses") or {}
     ref = reference_run(study, source)
     runs["reference"] = ref
@@ -140,6 +149,32 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
     return runs
 
 
+def check_analysis_needs(study: Mapping[str, Any], runs: Mapping[str, Run], source: str = "study") -> None:
+    """Fail, naming the key to change, when an analysis the study always runs lacks the runs it
+    needs (without them it fails only after all the training): the consistency analysis compares
+    the samples of at least 2 models of ``groups.consistency`` with a constant optimizer schedule;
+    the prediction-type profile needs a run of ``groups.prediction_types``; the batch-size report
+    reads ``groups.batch_size``; the slot fine-tuning report fine-tunes the reference on
+    ``analyses.slots.finetune`` (one slot at least). Called where the DAG is built."""
+    def in_group(group: str) -> list[Run]:
+        return [r for r in runs.values() if group in r.groups]
+
+    constant = [r for r in in_group("consistency")
+                if ((r.config.get("optim") or {}).get("schedule") or {}).get("name", "constant") == "constant"]
+    slots = ((study.get("analyses") or {}).get("slots") or {}).get("finetune") or []
+    needs = (
+        ("groups.consistency", "the consistency analysis compares the samples of models that differ only in seed or "
+                               "width (runs with a constant optimizer schedule)", 2, len(constant)),
+        ("groups.prediction_types", "the prediction-type profile compares the x0 error of the group's runs", 1,
+         len(in_group("prediction_types"))),
+        ("groups.batch_size", "the batch_size report compares the group's runs", 1, len(in_group("batch_size"))),
+        ("analyses.slots.finetune", "the slot_finetune report fine-tunes the reference on these slots", 1, len(slots)),
+    )
+    for where, why, need, have in needs:
+        if have < need:
+            raise ConfigError(f"{source}: {where}: {why}: at least {need} needed, the study has {have}")
+
+
 def finetune_runs(study: Mapping[str, Any], ref: Run, source: str = "study") -> dict[str, Run]:
     """The slot fine-tunes and their uniform-t controls (module docstring), keyed by id.
 
@@ -150,6 +185,8 @@ def finetune_runs(study: Mapping[str, Any], ref: Run, source: str = "study") -> 
     ks = list(slots.get("finetune", []))
     if not ks:
         return {}
+    if len(set(ks)) != len(ks):
+        raise ConfigError(f"{where}.finetune: {ks} repeats a slot")
     n = slots.get("n_slots", 10)
     for k in ks:
         if not 1 <= k <= n:
