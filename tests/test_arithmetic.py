@@ -227,3 +227,18 @@ def test_training_sampling_and_scoring_take_no_cpu_sqrt_of_torchs(digits_dir, di
             assert main(["train-features", "--data", str(digits_dir), "--test-data", str(digits_test_dir),
                          "--out", str(tmp_path / "cnn.pt"), "--epochs", "1", "--threads", "1"]) == 0
     assert watch.calls == [], watch.calls[:10]
+
+
+def test_a_training_state_of_another_level_is_not_resumed(digits_dir):
+    """The level is in no file the training reads, yet its state's numbers depend on it: a state
+    computed at another level is set aside, never resumed (a switched study retrains)."""
+    from conftest import tiny_config
+    from timestep_lab.config import config_to_dict
+    from timestep_lab.train.files import _not_this_run, run_inputs
+
+    cfg = tiny_config(digits_dir)
+    data = {"images_sha256": "a" * 64, "labels_sha256": "b" * 64}
+    state = {"config": config_to_dict(cfg), "nimg": 0, "inputs": run_inputs(cfg, data, "native")}
+    assert _not_this_run(state, cfg, run_inputs(cfg, data, "native")) is None
+    assert _not_this_run(state, cfg, run_inputs(cfg, data, "portable")) == \
+        "was computed at another reproducibility level (native, now portable)"

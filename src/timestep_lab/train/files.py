@@ -16,9 +16,11 @@ Files under ``out_dir``::
 The training state, every snapshot and ``model.pt`` record what the run is made from
 (:func:`run_inputs`): the resolved config's sha256, the prepared data's content identity (the
 sha256 of its images and labels, checked against the files when training opened them) and the
-sha256 of the ``train.init_from`` model it starts from. A state is resumed only by the run it
+sha256 of the ``train.init_from`` model it starts from, and the reproducibility level its steps
+were computed at. A state is resumed only by the run it
 belongs to: the same config up to :data:`RESUMABLE_CHANGES`, the same data content, the same
-parent model, and not past this run's length (a shorter ``train.total_kimg`` is a new run, not
+parent model, the same reproducibility level (a state computed on other CPU code paths would
+mix two arithmetics in one model), and not past this run's length (a shorter ``train.total_kimg`` is a new run, not
 the longer one relabelled). Anything else does not fail; that run's files (``train_state/``,
 ``model.pt``, ``train_log.jsonl``, ``snapshots/``, ``config.yaml``) move to
 ``stale-<first 8 hex digits of the old config's sha256>/`` with a logged warning saying what
@@ -86,16 +88,18 @@ def snapshot_name(nimg: int) -> str:
     return f"snapshot-{int(nimg):09d}.pt"
 
 
-def run_inputs(cfg: RunConfig, data_identity: dict) -> dict:
+def run_inputs(cfg: RunConfig, data_identity: dict, arithmetic: str | None = None) -> dict:
     """What a run is made from, recorded in its training state, snapshots and ``model.pt`` under
     ``inputs``: ``{"config_sha256": sha256 of the resolved config, "data": data_identity (the
     prepared data's :attr:`~timestep_lab.data.PreparedData.identity`), "init_sha256": the
-    :func:`~timestep_lab.checkpoints.info.model_sha256` of ``train.init_from``, or None}``."""
+    :func:`~timestep_lab.checkpoints.info.model_sha256` of ``train.init_from``, or None,
+    "arithmetic": the reproducibility level the steps are computed at (:mod:`timestep_lab.arithmetic`;
+    None: not known, a library call without the command line)}``."""
     init = cfg.train.init_from
     if init and not Path(init).exists():
         raise ArtifactError(f"{init}: train.init_from not found")
     return {"config_sha256": config_sha256(config_to_dict(cfg)), "data": dict(data_identity),
-            "init_sha256": model_sha256(init) if init else None}
+            "init_sha256": model_sha256(init) if init else None, "arithmetic": arithmetic}
 
 
 def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig, inputs: dict, set_aside_stale: bool = True) -> dict | None:
@@ -144,6 +148,9 @@ def _not_this_run(ckpt: dict, cfg: RunConfig, inputs: dict) -> str | None:
     if recorded.get("init_sha256") != inputs["init_sha256"]:
         return (f"started from another model (train.init_from sha256 {_short(recorded.get('init_sha256'))}, now "
                 f"{_short(inputs['init_sha256'])})")
+    if recorded.get("arithmetic") != inputs.get("arithmetic"):  # its steps were computed on other code paths
+        return (f"was computed at another reproducibility level ({recorded.get('arithmetic')}, now "
+                f"{inputs.get('arithmetic')})")
     total, batch, nimg = int(round(cfg.train.total_kimg * 1000)), cfg.train.batch_size, int(ckpt.get("nimg", 0))
     if nimg - batch >= total:  # this run would have stopped at least one step earlier
         return (f"is at {nimg / 1000:g} kimg, past train.total_kimg={cfg.train.total_kimg:g} (a shorter run is not "

@@ -153,7 +153,7 @@ class _Run:
         tc = cfg.train
         #: what the run is made from (config, data content, parent model), recorded in every
         #: checkpoint, snapshot and model.pt; a checkpoint resumes only with the same (.files)
-        self.inputs = run_inputs(cfg, ts.data.identity)
+        self.inputs = run_inputs(cfg, ts.data.identity, ((code or {}).get("arithmetic") or {}).get("level"))
         #: the log, checkpoint and snapshot intervals in images (None: never)
         self.every = {k: int(round(getattr(tc, f"{k}_every_kimg") * 1000)) if getattr(tc, f"{k}_every_kimg") else None
                       for k in ("log", "checkpoint", "snapshot")}
