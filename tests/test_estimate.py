@@ -152,9 +152,8 @@ def test_tiny_study_worked_by_hand():
     jobs = {k: r.jobs for k, r in rules.items()}
     assert jobs == {"prepare_data": 2, "run_config": 3, "train": 3, "train_features": 1, "reference_stats": 1,
                     "floor": 1, "sample_score": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
-                    "slots": 1, "interference": 1, "contribution": 1,
-                    "posterior": 1, "profile_predictions": 1, "consistency": 1, "verdicts": 1, "report": 8, "estimate": 1,
-                    "index": 1, "all": 1}
+                    "slots": 1, "contribution": 1, "posterior": 1, "verdicts": 1, "report": 3, "estimate": 1,
+                    "index": 1, "all": 1}  # the DAG's (snakemake -n): no group, no report of it (report.smk REPORT_NEEDS)
     # train: 1000 images at batch 64 -> 16 steps = 1024 images per run; the reference 2000 at 128 -> 2048
     assert rules["train"].images_trained == 2 * 1024 + 2048 == rules["train"].evaluations
     # snapshots every 500 images: crossed at 512 and 1024 (the last step) -> 2 points per followed run
@@ -185,10 +184,9 @@ def test_tiny_study_worked_by_hand():
     assert priced["collect"].gpu_hours is None
     # the floor: 100 of the held-out split's 359 digits (evaluation.num_samples) through both tools
     assert rules["floor"].flops == 100 * 2 * dcnn
-    # with the `all` target, as `snakemake -n` counts: 38 before sampling and scoring shared a job
-    # (3 evaluate + 1 evaluate_contribution jobs fewer), 36 with the estimate job and the floor (no
-    # flow_matching group here, so no flow report)
-    assert to_json(est)["total"]["jobs"] == 36
+    # with the `all` target, as `snakemake -n` counts: 28 (the one group's report, the loss-profile
+    # and contribution reports; no analysis or report of a group the study does not have)
+    assert to_json(est)["total"]["jobs"] == 28
 
 
 def test_bad_study_is_one_config_error():

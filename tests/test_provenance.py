@@ -293,16 +293,36 @@ def test_reserved_run_ids_and_what_the_analyses_need_are_refused_at_dag_build():
         study["groups"]["schedules"]["list"] = [{"id": rid, "sampler": "speed"}]
         with pytest.raises(ConfigError, match=rf"groups.schedules: run id '{rid}' is reserved for a run the analyses"):
             W.study_runs(study)
-    for where, change in {
-        "groups.consistency": lambda s: s["groups"].pop("consistency"),
-        "groups.prediction_types": lambda s: s["groups"].pop("prediction_types"),
-        "groups.batch_size": lambda s: (s["groups"].pop("batch_size"), s["analyses"].pop("batch_size")),
-        "analyses.slots.finetune": lambda s: s["analyses"]["slots"].update(finetune=[]),
-    }.items():
-        study = copy.deepcopy(smoke)
-        change(study)
-        with pytest.raises(ConfigError, match=rf"{where}: .*at least \d needed, the study has 0"):
-            W.check_analysis_needs(study, W.study_runs(study), "s.yaml")
+    one = copy.deepcopy(smoke)  # a consistency group with one model of a constant schedule compares nothing
+    one["groups"]["consistency"]["list"] = [{"seed": 0}]
+    with pytest.raises(ConfigError, match=r"groups.consistency: .*at least 2 needed, the study has 1"):
+        W.check_analysis_needs(one, W.study_runs(one), "s.yaml")
+
+
+@pytest.mark.workflow
+def test_a_study_without_a_groups_plans_none_of_its_analyses(tmp_path):
+    """A study without the consistency, prediction_types and batch_size groups and without slot
+    fine-tunes plans none of their analyses or reports (it would fail after all the training):
+    the dry run of the whole study lists the other reports only, and the verdicts job."""
+    import re
+
+    import yaml
+
+    from worktree import ROOT, copy_worktree, run, study_env
+
+    study = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    for group in ("consistency", "prediction_types", "batch_size"):
+        study["groups"].pop(group)
+    study["analyses"].pop("batch_size")
+    study["analyses"]["slots"]["finetune"] = []
+    root = copy_worktree(tmp_path / "repo")
+    (root / "few.yaml").write_text(yaml.safe_dump(study))
+    r = run(["snakemake", "-n", "--configfile", "few.yaml"], root, study_env(), timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:]
+    planned = dict(re.findall(r"^(\w+)\s+(\d+)$", r.stdout.split("Job stats:")[-1], re.M))
+    assert planned.get("report") == "5" and "verdicts" in planned, planned  # sampler, schedules, loss, contribution, flow
+    for rule in ("consistency", "profile_predictions", "interference", "interference_control"):
+        assert rule not in planned, (rule, planned)
 
 
 # ------------------------------------------------------------------ 3: reference statistics that are no statistics

@@ -33,6 +33,18 @@ if group_runs("flow_matching"):  # a study without the group (the paper configs)
     REPORTS_INPUTS["flow_matching"] = dict(
         TABLES, run_configs=expand(f"{RES}/runs/{{run}}/run.yaml", run=group_runs("flow_matching")),
     )
+# A report of a group, or of an analysis of one, is planned only when the study has what it compares:
+# without it there would be nothing to show, or a job failing after all the training; the claims it
+# covers read "not run" on the index (verdict_analyses, common.smk).
+REPORT_NEEDS = {
+    "sampler_comparison": group_runs("sampler_comparison"),
+    "schedules": group_runs("schedules"),
+    "slot_finetune": finetune_runs(),
+    "batch_size": batch_size_runs(),
+    "prediction_types": group_runs("prediction_types"),
+    "consistency": consistency_runs(),
+}
+REPORTS_INPUTS = {name: inputs for name, inputs in REPORTS_INPUTS.items() if REPORT_NEEDS.get(name, True)}
 REPORT_NAMES = list(REPORTS_INPUTS)
 
 

@@ -120,13 +120,18 @@ def load_study(group: str, metrics_csv: str | Path, runs_csv: str | Path) -> Stu
 
 
 def code_text(rows: pd.DataFrame) -> str:
-    """The code identity (git commit and dirty flag, package source hash, requirements.lock hash)
-    that computed the metrics ``rows``, for a protocol paragraph; several are listed, none said."""
+    """The code identity (git commit and dirty flag, package source hash, requirements.lock hash,
+    and the arithmetic where recorded) that computed the metrics ``rows``, for a protocol
+    paragraph; several are listed, none said."""
     if rows.empty or not set(CODE_COLUMNS.values()) <= set(rows.columns):
         return "not recorded"
     idents = []
     for _, r in rows.iterrows():
         ident = {k: (None if pd.isna(r[c]) else r[c]) for k, c in CODE_COLUMNS.items()}
+        if "arithmetic" in rows.columns and not pd.isna(r["arithmetic"]):  # and the CPU code paths, where recorded
+            blas = r.get("arithmetic_openblas")
+            ident["arithmetic"] = {"level": r["arithmetic"], "torch_cpu_capability": r.get("arithmetic_torch"),
+                                   "openblas": [] if blas is None or pd.isna(blas) else str(blas).split("/")}
         idents.append(ident if any(v is not None for v in ident.values()) else None)
     found = distinct(idents)
     if len(found) == 1:

@@ -133,7 +133,10 @@ def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
     out["seeds"] = f"{seeds[0]}-{seeds[1]}" if seeds else None
     code = rec.get("code") or {}
     out.update(code_commit=code.get("commit"), code_dirty=code.get("dirty"), code_source_sha256=code.get("source_sha256"),
-               code_lock_sha256=code.get("lock_sha256"), arithmetic=(code.get("arithmetic") or {}).get("level"))
+               code_lock_sha256=code.get("lock_sha256"))
+    arith = code.get("arithmetic") or {}  # the CPU code paths (timestep_lab.arithmetic.in_effect)
+    out.update(arithmetic=arith.get("level"), arithmetic_torch=arith.get("torch_cpu_capability"),
+               arithmetic_openblas="/".join(arith.get("openblas") or []) or None)
     return out
 
 

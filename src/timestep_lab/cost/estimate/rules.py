@@ -276,7 +276,9 @@ def _profile_rules(c: _Counter) -> list[RuleCost]:
     if plan.optimal_profile():
         out.append(_rule("optimal_profile", ["optimal_profile"], False,
                          notes=["closed form: N_train x D per bank image and t (CPU)"]))
-    out += [_rule("slots", ["slots"], False), _rule("interference", ["interference"], False)]
+    out.append(_rule("slots", ["slots"], False))
+    if plan.finetune_runs():  # the slot report's input: planned only with fine-tunes (report.smk REPORT_NEEDS)
+        out.append(_rule("interference", ["interference"], False))
     if plan.finetune_runs() and plan.control_runs():
         out.append(_rule("interference_control", ["interference_control"], False))
     return out
@@ -307,13 +309,17 @@ def _consistency_rules(c: _Counter) -> list[RuleCost]:
     """``profile_predictions`` and ``consistency``: every pair of the consistency runs' sample
     sets: pixel distances, and (digits) both sets' digits-CNN features again per pair
     (``timestep_lab consistency``)."""
-    plan, extractor = c.plan, c.plan.evaluation["extractor"]
-    pred = _rule("profile_predictions", ["profile_predictions"], _GPU)
-    for rid in plan.prediction_runs():
-        c.profile(pred, "profile_predictions", rid, grad=False)
-    cons = _rule("consistency", ["consistency"], False, notes=["distances between stored samples (CPU)"])
-    n_pairs = math.comb(len(plan.consistency_runs()), 2)
-    if n_pairs and extractor == "digits-cnn":
-        cons.add("consistency", Work(extractor, extractor_flops(extractor), n_pairs * 2 * fid_sample_count(plan.evaluation),
-                                     "forward", "fp32", step="features"))
-    return [pred, cons]
+    plan, extractor, out = c.plan, c.plan.evaluation["extractor"], []
+    if plan.prediction_runs():  # each only with its group (workflow/rules/report.smk REPORT_NEEDS)
+        pred = _rule("profile_predictions", ["profile_predictions"], _GPU)
+        for rid in plan.prediction_runs():
+            c.profile(pred, "profile_predictions", rid, grad=False)
+        out.append(pred)
+    if plan.consistency_runs():
+        cons = _rule("consistency", ["consistency"], False, notes=["distances between stored samples (CPU)"])
+        n_pairs = math.comb(len(plan.consistency_runs()), 2)
+        if n_pairs and extractor == "digits-cnn":
+            cons.add("consistency", Work(extractor, extractor_flops(extractor),
+                                         n_pairs * 2 * fid_sample_count(plan.evaluation), "forward", "fp32", step="features"))
+        out.append(cons)
+    return out

@@ -103,8 +103,13 @@ class Plan:
         return [r for r, run in self.runs.items() if group in run.groups]
 
     def reports(self) -> list[str]:
-        """The study's report jobs: every report, the flow report only with a flow_matching group."""
-        return [r for r in REPORTS if r != "flow_matching" or self.group_runs("flow_matching")]
+        """The study's report jobs: a group's report only when the study has the group (the slot
+        report: fine-tunes; consistency: its group's runs; workflow/rules/report.smk REPORT_NEEDS)."""
+        needs = {"sampler_comparison": self.group_runs("sampler_comparison"), "schedules": self.group_runs("schedules"),
+                 "slot_finetune": self.finetune_runs(), "batch_size": self.group_runs("batch_size"),
+                 "prediction_types": self.group_runs("prediction_types"),
+                 "consistency": self.group_runs("consistency"), "flow_matching": self.group_runs("flow_matching")}
+        return [r for r in REPORTS if needs.get(r, True)]
 
     def finetune_runs(self) -> list[str]:
         return [r for r, run in self.runs.items() if run.extra.get("slot")]
