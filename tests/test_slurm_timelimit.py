@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,8 +27,6 @@ import pytest
 import yaml
 
 from conftest import copy_worktree, slurm_args, study_env
-from timestep_lab.config import load_config
-from timestep_lab.train import train
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]
 
@@ -66,7 +65,8 @@ def test_train_job_signalled_at_its_time_limit_resumes_bit_exactly(slurm_cluster
     (spy / "sbatch").chmod(0o755)
     env["PATH"] = f"{spy}{os.pathsep}{env['PATH']}"
     run_dir = root / "results" / STUDY / "runs" / RUN
-    args = ["--configfile", timelimit_config(root), *slurm_args(slurm_cluster, groups=False),
+    timelimit_config_path = timelimit_config(root)
+    args = ["--configfile", timelimit_config_path, *slurm_args(slurm_cluster, groups=False),
             f"results/{STUDY}/runs/{RUN}/model.pt"]
     log_path = root / "timelimit.log"
     start = time.monotonic()
@@ -84,14 +84,13 @@ def test_train_job_signalled_at_its_time_limit_resumes_bit_exactly(slurm_cluster
                      if j["comment"] == f"rule_train_wildcards_{RUN}"]
         slurm_cluster.run("scancel", "--signal=TERM", victim)
         signalled_at = time.monotonic() - start
-        # the uninterrupted run, trained here while SLURM resubmits (same run.yaml, same data path)
-        cfg = load_config(run_dir / "run.yaml", ["train.on_nonfinite=record"])  # as the rule's command sets it
-        cwd = os.getcwd()
-        os.chdir(root)
-        try:
-            straight = train(cfg, tmp_path / "straight", progress=False)
-        finally:
-            os.chdir(cwd)
+        # the uninterrupted run, trained here while SLURM resubmits (same run.yaml, same data path,
+        # the command the rule runs, at the study's reproducibility level as every job of it is)
+        straight_cmd = [sys.executable, "-m", "timestep_lab", "train", f"--config={run_dir / 'run.yaml'}",
+                        f"--out={tmp_path / 'straight'}", "--threads=1", "--set=train.on_nonfinite=record", "--no-progress"]
+        level = yaml.safe_load((root / timelimit_config_path).read_text())["reproducibility"]
+        straight = subprocess.run(straight_cmd, cwd=root, env={**study_env(), "TIMESTEP_LAB_ARITHMETIC": level},
+                                  capture_output=True, text=True, timeout=300)
         rc = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
@@ -121,8 +120,8 @@ def test_train_job_signalled_at_its_time_limit_resumes_bit_exactly(slurm_cluster
     assert 0 < int(resumed.group(2)) < 40, train_log[-3000:]
 
     # the same bytes as the uninterrupted run, and the same log
-    assert straight.status == "ok"
-    assert (run_dir / "model.pt").read_bytes() == straight.model_path.read_bytes()
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert (run_dir / "model.pt").read_bytes() == (tmp_path / "straight" / "model.pt").read_bytes()
     records = lambda p: [(r["nimg"], r["loss"], r["loss_bins"]) for r in map(json.loads, p.read_text().splitlines())]  # noqa: E731
     assert records(run_dir / "train_log.jsonl") == records(tmp_path / "straight" / "train_log.jsonl")
     # live curves of the run: in logs/, outside the run folder (a DVC out) and out of byte comparisons

@@ -134,6 +134,49 @@ def _detectable(r: Mapping[str, Any], level: float, cal: Calibration) -> float:
     return detectable_effect(float(sd), n, level, crit=cal.critical(n, level))
 
 
+def _gated(r: dict[str, Any], cal) -> tuple[dict[str, Any], bool]:
+    """A row as the family takes it, and whether the family judges it: "not run" without an
+    effect, "not judged at this length" for a convergence claim before the baseline converged
+    (both with their verdict set: False), else its test calibrated (:func:`calibrated`, its
+    log-ratio check too: True)."""
+    r.setdefault("verdict_note", "")
+    if not r.get("n"):
+        r["verdict"] = "not run"
+        return r, False
+    if r.get("judged_at") == "convergence" and (r.get("regime") or {}).get("converged") is not True:
+        r["verdict"] = NOT_JUDGED
+        r["verdict_note"] = (r.get("regime") or {}).get("convergence_note") or \
+            "a claim about the converged model: this study's baseline has not stopped improving"
+        return r, False
+    r = calibrated(r, cal)
+    if r.get("log") and r["log"].get("n"):
+        r["log"] = calibrated(r["log"], cal)
+    return r, True
+
+
+def _judge(r: dict[str, Any], p_adj: float, p_adj_log: float, m: int, level: float, cal, alpha: float) -> None:
+    """Both verdicts of one judged row, in place, given its Holm-adjusted p (and its log-ratio
+    check's) in a family of ``m`` tests at first-step level ``level``."""
+    sign = int(r["expected_sign"])
+    r["p_adj"] = r["p_family"] = p_adj
+    r["family_size"] = m
+    if _finite(r.get("p")):
+        r["verdict"] = verdict(r.get("ci_low"), r.get("ci_high"), sign, r["p_adj"], alpha)
+    else:  # no test, nothing to adjust: never a finding on an interval alone
+        r["verdict"] = "inconclusive"
+        r["verdict_note"] = r.get("no_test") or "no p-value: not a test the family can adjust"
+    r["detectable"] = _detectable(r, level, cal)
+    r["detectable_level"] = level
+    r["detectable_basis"] = DETECTABLE_BASIS
+    numbers = r.get("numbers") or []
+    r["seeds_needed"] = _seeds_needed(numbers, r.get("speedup_detail"), level, cal.name)
+    r["size_verdict"], r["size_detail"], r["size_band"] = size_of(numbers, r.get("speedup_detail"), cal)
+    log = r.get("log")
+    if log and log.get("n"):
+        lv = verdict(log.get("ci_low"), log.get("ci_high"), sign, p_adj_log, alpha)
+        r["log"] = {**log, "p_adj": p_adj_log, "verdict": lv, "agrees": lv == r["verdict"]}
+
+
 def judge_family(rows: Sequence[Mapping[str, Any]], *, alpha: float = ALPHA,
                  calibration_name: str = DEFAULT_CALIBRATION) -> dict[str, Any]:
     """Both verdicts for every row, with Holm across the scorecard (module docstring).
@@ -145,22 +188,8 @@ def judge_family(rows: Sequence[Mapping[str, Any]], *, alpha: float = ALPHA,
         "p_adj", "verdict", "agrees")]}``; rows without an effect get verdict "not run".
     """
     cal = calibration(calibration_name)
-    out = [dict(r) for r in rows]
-    judged: list[dict[str, Any]] = []
-    for i, r in enumerate(out):
-        r.setdefault("verdict_note", "")
-        if not r.get("n"):
-            r["verdict"] = "not run"
-            continue
-        if r.get("judged_at") == "convergence" and (r.get("regime") or {}).get("converged") is not True:
-            r["verdict"] = NOT_JUDGED
-            r["verdict_note"] = (r.get("regime") or {}).get("convergence_note") or \
-                "a claim about the converged model: this study's baseline has not stopped improving"
-            continue
-        r = out[i] = calibrated(r, cal)
-        if r.get("log") and r["log"].get("n"):
-            r["log"] = calibrated(r["log"], cal)
-        judged.append(r)
+    gated = [_gated(dict(r), cal) for r in rows]
+    out, judged = [r for r, _ in gated], [r for r, judge in gated if judge]
     # one entry per distinct comparison; rows on the same comparison share its p
     tests: dict[str, tuple[float, float]] = {}
     for r in judged:
@@ -173,24 +202,7 @@ def judge_family(rows: Sequence[Mapping[str, Any]], *, alpha: float = ALPHA,
     p_adj = dict(zip(names, holm([tests[t][0] for t in names])))
     p_adj_log = dict(zip(names, holm([tests[t][1] for t in names])))
     for r in judged:
-        sign = int(r["expected_sign"])
-        r["p_adj"] = r["p_family"] = p_adj.get(r["test"], math.nan)
-        r["family_size"] = m
-        if _finite(r.get("p")):
-            r["verdict"] = verdict(r.get("ci_low"), r.get("ci_high"), sign, r["p_adj"], alpha)
-        else:  # no test, nothing to adjust: never a finding on an interval alone
-            r["verdict"] = "inconclusive"
-            r["verdict_note"] = r.get("no_test") or "no p-value: not a test the family can adjust"
-        r["detectable"] = _detectable(r, level, cal)
-        r["detectable_level"] = level
-        r["detectable_basis"] = DETECTABLE_BASIS
-        numbers = r.get("numbers") or []
-        r["seeds_needed"] = _seeds_needed(numbers, r.get("speedup_detail"), level, cal.name)
-        r["size_verdict"], r["size_detail"], r["size_band"] = size_of(numbers, r.get("speedup_detail"), cal)
-        log = r.get("log")
-        if log and log.get("n"):
-            lv = verdict(log.get("ci_low"), log.get("ci_high"), sign, p_adj_log.get(r["test"], math.nan), alpha)
-            r["log"] = {**log, "p_adj": p_adj_log.get(r["test"], math.nan), "verdict": lv, "agrees": lv == r["verdict"]}
+        _judge(r, p_adj.get(r["test"], math.nan), p_adj_log.get(r["test"], math.nan), m, level, cal, alpha)
     for r in out:
         if r["verdict"] in ("not run", NOT_JUDGED):
             r.setdefault("size_verdict", None)

@@ -189,23 +189,34 @@ def consistency_test(sets: dict[str, np.ndarray], controls: dict[str, np.ndarray
         test = jackknife_over_models(names, per_pair)
         stat = np.mean([dist(a, b) for a, b in pairs])
         null = np.array([np.mean([dist(a, b, p[a], p[b]) for a, b in pairs]) for p in perms])
-        if permutations:  # both sides: the claim can also be contradicted (paired samples further apart)
-            less = float((1 + (null <= stat).sum()) / (1 + permutations))
-            greater = float((1 + (null >= stat).sum()) / (1 + permutations))
-            test.update(p=min(1.0, 2 * min(less, greater)), p_less=less, p_greater=greater, alternative="two-sided")
-        else:
-            test["p"] = None
+        test.update(_two_sided_p(null, stat, permutations))
         test["p_adj"] = test["p"]
         test["paired"] = float(stat)
         test["unpaired"] = float(np.mean([dist(a, b, ident, shift) for a, b in pairs]))
         test["per_pair"] = [{"a": a, "b": b, "diff": v} for (a, b), v in per_pair.items()]
-        controls_out = {}
-        for cname, c in ctrl[space].items():
-            to_c = {m: _pair_stats(flat[m], c, ident, ident) for m in names}
-            to_c_unpaired = {m: _pair_stats(flat[m], c, ident, shift) for m in names}
-            closer = {(a, b): dist(a, b) - (to_c[a] + to_c[b]) / 2 for a, b in pairs}
-            controls_out[cname] = {"paired": to_c, "unpaired": to_c_unpaired,
-                                   "ratio": {m: to_c[m] / to_c_unpaired[m] for m in names},
-                                   "closer_to_each_other": jackknife_over_models(names, closer)}
+        controls_out = {cname: _to_control(flat, c, names, pairs, dist, shift) for cname, c in ctrl[space].items()}
         out[space] = {"test": test, "controls": controls_out}
     return out
+
+
+def _two_sided_p(null: np.ndarray, stat: float, permutations: int) -> dict[str, Any]:
+    """The permutation p of ``stat`` against ``null`` on both sides (the claim can also be
+    contradicted: paired samples further apart than unpaired ones); ``{"p": None}`` without
+    permutations."""
+    if not permutations:
+        return {"p": None}
+    less = float((1 + (null <= stat).sum()) / (1 + permutations))
+    greater = float((1 + (null >= stat).sum()) / (1 + permutations))
+    return {"p": min(1.0, 2 * min(less, greater)), "p_less": less, "p_greater": greater, "alternative": "two-sided"}
+
+
+def _to_control(flat: dict[str, np.ndarray], control: np.ndarray, names: list[str], pairs: list[tuple[str, str]],
+                dist: Callable[..., float], shift: np.ndarray) -> dict[str, Any]:
+    """Every model's paired and unpaired distance to one closed-form control, and per model pair
+    how much closer the two are to each other than to the control (jackknife over models)."""
+    ident = np.arange(len(control))
+    to_c = {m: _pair_stats(flat[m], control, ident, ident) for m in names}
+    to_c_unpaired = {m: _pair_stats(flat[m], control, ident, shift) for m in names}
+    closer = {(a, b): dist(a, b) - (to_c[a] + to_c[b]) / 2 for a, b in pairs}
+    return {"paired": to_c, "unpaired": to_c_unpaired, "ratio": {m: to_c[m] / to_c_unpaired[m] for m in names},
+            "closer_to_each_other": jackknife_over_models(names, closer)}
