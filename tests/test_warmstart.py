@@ -361,10 +361,12 @@ def test_a_server_not_ready_in_time_is_logged_and_jobs_start_fresh(tmp_path):
 
 def test_a_job_that_cannot_become_the_request_fails_with_its_reason(probe_server, tmp_path):
     """A request naming a working directory that does not exist (gone between the job's start and
-    the fork): exit 1 with the reason on the job's stderr, and the server goes on serving."""
+    the fork): exit 1 with the reason on the job's stderr, and the server goes on serving. (The
+    request carries this process's environment, as a client's does: the server forks only jobs
+    whose environment pins the code paths its own does, OPENBLAS_CORETYPE a machine sets included.)"""
     code = ("import socket, sys; from timestep_lab.warmstart.protocol import send_request; "
             "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
-            "send_request(s, ['x', 'exit', '0'], sys.argv[2], {}); "
+            "import os; send_request(s, ['x', 'exit', '0'], sys.argv[2], dict(os.environ)); "
             "print(b''.join(iter(lambda: s.recv(64), b'')).decode().strip().splitlines()[-1])")
     r = subprocess.run([sys.executable, "-c", code, probe_server.socket, str(tmp_path / "gone")], env=_env(),
                        capture_output=True, text=True, timeout=60)
