@@ -166,7 +166,7 @@ else:
 # Holm across arms; docs/methods.md §9). The width arm differs in its network, not its optimizer.
 
 # %%
-comparisons = show_comparisons(study)
+comparisons = show_comparisons(study, summary)
 per_seed = per_seed_table(study, name=arm_name)
 display(per_seed.style.format("{:.2f}", na_rep="–"))
 diffs = paired_differences(per_seed, baseline) if baseline else pd.DataFrame()

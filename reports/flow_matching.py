@@ -31,6 +31,7 @@
 # %% tags=["parameters"]
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
+summary = "results/digits/summary.json"
 results_dir = "results/digits"
 verdicts = "results/digits/verdicts.json"
 run_configs = ""  # comma-separated run.yaml files of the group's runs (their samplers and weightings)
@@ -161,7 +162,7 @@ if has_runs:
 # Questions 2 and 3 compare other pairs too (their own baselines): see the verdicts above.
 
 # %%
-comparisons = show_comparisons(study) if has_runs else pd.DataFrame()
+comparisons = show_comparisons(study, summary) if has_runs else pd.DataFrame()
 
 # %% [markdown]
 # ## Velocity loss per noise level at the end of training

@@ -101,7 +101,7 @@ display(table.style.format({c: ("{:.0f}" if c.startswith("count") else "{:.3f}")
 # say more (docs/methods.md#speedup).
 
 # %%
-comparisons = show_comparisons(study)
+comparisons = show_comparisons(study, summary)
 
 # %% [markdown]
 # ### The speed-up seed by seed
@@ -111,7 +111,7 @@ comparisons = show_comparisons(study)
 # reason.
 
 # %%
-show_speedup_seeds(study)
+show_speedup_seeds(study, summary)
 
 # %% [markdown]
 # ## Every seed, straight from the data

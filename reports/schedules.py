@@ -89,7 +89,7 @@ else:
 # schedule (docs/methods.md §9).
 
 # %%
-comparisons = show_comparisons(study)
+comparisons = show_comparisons(study, summary)
 
 # %% [markdown]
 # ## Does the effect change with the schedule?

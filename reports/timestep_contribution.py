@@ -50,15 +50,16 @@ from IPython.display import Markdown, display
 
 from timestep_lab.artifacts.io import read_json
 from timestep_lab.reporting.notebook import setup, show_verdicts
-from timestep_lab.reporting.regime import floor_for, floor_records
+from timestep_lab.artifacts.floor import FID_TOOL_ORDER, floor_record
+from timestep_lab.reporting.regime import summary_floor
 
 setup()
 show_verdicts(verdicts, [])
 res, post = read_json(contribution), read_json(posterior)
 arms = {a["label"]: a for a in res["arms"]}
 chain, label, n = res["chain"], res["label"], res["num_samples"]
-floor = floor_for(floor_records(summary))
-TOOL = "torch-fidelity"
+floor = floor_record(summary_floor(summary))
+TOOL = FID_TOOL_ORDER[0]
 
 
 def name(a) -> str:

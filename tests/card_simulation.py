@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from timestep_lab.evidence.verdicts import arm_of, judge_claims
-from timestep_lab.workflow import build_runs
+from timestep_lab.evidence.verdicts import judge_claims
+from timestep_lab.workflow import arm_columns, arm_id, base_columns, build_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ("config.yaml", "digits-full.yaml")
@@ -67,8 +67,8 @@ def card_layout(config: str) -> Layout:
     rows = []
     for rid, run in runs.items():
         kimg = float(run.config["train"]["total_kimg"])
-        base = {"run": rid, "arm": arm_of(rid, run.axes.get("seed")), **run.axes, "groups": ";".join(run.groups),
-                "metric": "fid", "tool": "torch-fidelity"}
+        base = {"run": rid, "arm": arm_id(rid, run.axes.get("seed")), **run.axes, "groups": ";".join(run.groups),
+                **arm_columns(run.config, run.init_from), "metric": "fid", "tool": "torch-fidelity"}
         fid = 100.0 + rng.normal(0.0, 1.0)
         rows.append({**base, "stage": "final", "kimg": kimg, "value": fid})
         for k, f in ((kimg / 3, 1.5 * fid), (2 * kimg / 3, 1.02 * fid), (kimg, fid)):  # flat: "converged"
@@ -78,7 +78,7 @@ def card_layout(config: str) -> Layout:
     analyses = {"interference": {"n": slot_seeds, "diff": 0.1, "sd": 1.0, "ci_low": -1.0, "ci_high": 1.0, "p": 0.5},
                 "consistency": {"n": models, "diff": 0.1, "se": 1.0, "ci_low": -1.0, "ci_high": 1.0, "p": 0.5,
                                 "p_method": "permutation"}}
-    judged = judge_claims(pd.DataFrame(rows), analyses, base_batch=study["base"]["train"]["batch_size"])
+    judged = judge_claims(pd.DataFrame(rows), analyses, base=base_columns(study))
     tests: dict[str, tuple[str, int, bool]] = {}
     for r in judged["claims"]:
         if r["verdict"] not in ("not run", "not judged at this length") and r["test"] not in tests:

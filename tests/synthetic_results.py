@@ -19,6 +19,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from timestep_lab.workflow.runs import arm_id
+
+#: the synthetic study's own column values (workflow.runs.base_columns): batch 64, width 16, 12 kimg
+SYN_BASE = {"batch_size": 64, "channels": 16, "total_kimg": 12}
+
 SEEDS = (0, 1, 3)
 T = 100
 LABEL = "FID (digits-CNN features)"
@@ -89,10 +94,11 @@ def make_results(root: Path) -> Synthetic:
     runs: dict[str, dict[str, Any]] = {}
 
     def add(rid, groups, progress, *, sampler="uniform", weighting="none", pred="eps", batch=64, schedule="linear",
-            seed=0, optim="constant", channels=16, nimg=12032):
+            seed=0, optim="constant", compensate=False, channels=16, nimg=12032, init_from="none"):
         r = runs.setdefault(rid, {"run": rid, "sampler": sampler, "weighting": weighting, "prediction": pred,
                                   "batch_size": batch, "schedule": schedule, "seed": seed, "groups": [],
-                                  "optim_schedule": optim, "channels": channels, "nimg": nimg, "progress": set()})
+                                  "optim_schedule": optim, "lr_compensated": compensate, "channels": channels,
+                                  "nimg": nimg, "init_from": init_from, "progress": set()})
         r["groups"] += [g for g in groups if g not in r["groups"]]
         r["progress"] |= set(progress)
 
@@ -111,15 +117,16 @@ def make_results(root: Path) -> Synthetic:
         add(_rid(seed=s), ["consistency"], group_kimg, seed=s)
         for tag, comp in (("_optmomentum-decay_paramsbeta1-min-0.5-decay-kimg-8", False),
                           ("_optmomentum-decay_paramsbeta1-min-0.5-decay-kimg-8-compensate-Tr", True)):
-            add(_rid(seed=s, extra=tag), ["consistency"], group_kimg, seed=s, optim="momentum_decay")
+            add(_rid(seed=s, extra=tag), ["consistency"], group_kimg, seed=s, optim="momentum_decay", compensate=comp)
     add(_rid(seed=5, extra="_ch24"), ["consistency"], group_kimg, seed=5, channels=24)
     for s in SEEDS:  # the flow group: its baseline and one density arm, paired by seed
         for label, sampler in (("uniform", "uniform"), ("logit-normal", "logit_normal")):
             add(_rid(label, pred="v", seed=s, extra="_flow_heun_kimg8"), ["flow_matching"], (4.0, 8.0),
                 sampler=sampler, pred="v", seed=s, nimg=8000)
     small = _rid(batch=16, seed=0)
-    add(f"toward_zero_from-{small}", ["batch_size"], (), sampler="toward_zero", batch=16, seed=0, nimg=16000)
-    add(f"uniform_from-{small}", ["batch_size"], (), batch=16, seed=0, nimg=16000)
+    add(f"toward_zero_from-{small}", ["batch_size"], (), sampler="toward_zero", batch=16, seed=0, nimg=16000,
+        init_from=small)
+    add(f"uniform_from-{small}", ["batch_size"], (), batch=16, seed=0, nimg=16000, init_from=small)
     add("reference", ["reference"], (12.0, 24.0, 36.0, 48.0), nimg=48000)
     long_fids = {12.0: 150.0, 24.0: 60.0, 36.0: 41.0, 48.0: 38.0}
     # ------------------------------------------------------------------ tables
@@ -130,9 +137,8 @@ def make_results(root: Path) -> Synthetic:
     for rid, r in runs.items():
         base = {k: r[k] for k in ("run", "sampler", "weighting", "prediction", "batch_size", "schedule", "seed",
                                   "optim_schedule", "channels")}
-        from timestep_lab.evidence.verdicts import arm_of
-
-        base.update(arm=arm_of(rid, r["seed"]), groups=";".join(r["groups"]))
+        base.update(arm=arm_id(rid, r["seed"]), groups=";".join(r["groups"]), lr_compensated=r["lr_compensated"],
+                    total_kimg=round(r["nimg"] / 1000), init_from=r["init_from"])
         value = 30.5 if rid == "reference" else _fid(rid, r["seed"])
         for tool in ("torch-fidelity", "clean-fid"):
             rows.append({**base, **proto, "stage": "final", "nimg": r["nimg"], "metric": "fid", "value": value,
@@ -151,7 +157,7 @@ def make_results(root: Path) -> Synthetic:
     table = pd.DataFrame(run_rows)
     metrics.to_csv(res / "metrics.csv", index=False)
     table.to_csv(res / "runs.csv", index=False)
-    summary = summarize(metrics, table, base_batch=64)
+    summary = summarize(metrics, table, base=SYN_BASE)
     summary["floor"] = {"format": "timestep_lab.floor/1", "records": [FLOOR]}
     (res / "summary.json").write_text(json.dumps(summary))
     syn.expect["per_seed"] = {rid: _fid(rid, r["seed"]) for rid, r in runs.items() if rid != "reference"}
@@ -261,7 +267,7 @@ def make_results(root: Path) -> Synthetic:
     # ------------------------------------------------------------------ verdicts and parameters
     write_verdicts(str(res / "metrics.csv"), str(res / "verdicts.json"), runs_csv=str(res / "runs.csv"),
                    interference=str(res / "analyses" / "interference_control.json"),
-                   consistency=str(res / "analyses" / "consistency.json"), base_batch=64, study="syn")
+                   consistency=str(res / "analyses" / "consistency.json"), base=SYN_BASE, study="syn")
     a = res / "analyses"
     syn.paths = {
         "metrics_csv": str(res / "metrics.csv"), "runs_csv": str(res / "runs.csv"), "summary": str(res / "summary.json"),

@@ -7,15 +7,22 @@ import pandas as pd
 import pytest
 
 from timestep_lab.evidence.stats import holm
-from timestep_lab.evidence.verdicts import CLAIMS, arm_of, compare_group, judge_claims
+from timestep_lab.evidence.verdicts import CLAIMS, compare_group, judge_claims
+from timestep_lab.workflow.runs import arm_id
+
+#: the study's own column values the synthetic tables are built around (workflow.runs.base_columns)
+BASE = {"batch_size": 128, "channels": 16, "total_kimg": 24.0}
 
 
-def _rows(group, sampler, weighting, seeds, fids, *, batch=128, prediction="eps", progress=None, tag="", kimg=24.0):
+def _rows(group, sampler, weighting, seeds, fids, *, batch=128, prediction="eps", progress=None, tag="", kimg=24.0,
+          total_kimg=None, init_from="none"):
     rows = []
     for seed, fid in zip(seeds, fids):
         run = f"{sampler}_{weighting}_{prediction}_b{batch}_linear_s{seed}{tag}"
-        base = dict(run=run, arm=arm_of(run, seed), seed=seed, groups=group, sampler=sampler,
+        base = dict(run=run, arm=arm_id(run, seed), seed=seed, groups=group, sampler=sampler,
                     weighting=weighting, prediction=prediction, batch_size=batch, schedule="linear",
+                    optim_schedule="constant", lr_compensated=False, channels=16,
+                    total_kimg=kimg if total_kimg is None else total_kimg, init_from=init_from,
                     metric="fid", tool="torch-fidelity")
         rows.append({**base, "stage": "final", "kimg": kimg, "value": fid})
         for kimg, value in (progress or {}).get(seed, []):
@@ -37,12 +44,6 @@ def _study(effect_speed=-30.0, effect_adaptive=0.0, n=5, seed=0):
     return pd.DataFrame(rows)
 
 
-def test_arm_of_drops_only_the_seed_component():
-    assert arm_of("uniform_none_eps_b128_linear_s3", 3) == "uniform_none_eps_b128_linear"
-    assert arm_of("uniform_none_eps_b128_linear_s1_model-channels-24", 1) == "uniform_none_eps_b128_linear_model-channels-24"
-    assert arm_of("reference", 0) == "reference"
-
-
 def test_compare_group_pairs_by_seed_and_holm_adjusts():
     out = compare_group(_study(), "sampler_comparison", {"sampler": "uniform", "weighting": "none"})
     assert out["baseline"] == "uniform_none_eps_b128_linear" and out["seeds"] == [0, 1, 2, 3, 4]
@@ -58,7 +59,7 @@ INTERFERENCE = {"n": 3, "diff": 0.4, "ci_low": 0.21, "ci_high": 0.59, "p": 0.012
 
 
 def _judged(*args, **kw):
-    return {r["id"]: r for r in judge_claims(*args, **kw)["claims"]}
+    return {r["id"]: r for r in judge_claims(*args, **{"base": BASE, **kw})["claims"]}
 
 
 def test_verdicts_reproduced_inconclusive_and_not_run():
@@ -145,18 +146,22 @@ def test_small_batch_claim_uses_the_smallest_batch_against_the_base_batch(seed):
     flat = _plateau(big, 0.05)  # the base batch's FID fell 5% over the last third: converged
     df = pd.DataFrame(_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128, progress=flat)
                       + _rows("batch_size", "uniform", "none", [0, 1, 2], big - 40 + rng.normal(0, 1, 3), batch=16))
-    row = _judged(df, base_batch=128)["small_batch"]
+    row = _judged(df, base=BASE)["small_batch"]
     # the seed paper finds the small batch's *final model* worse at an equal per-timestep budget
     # (Fig. 1): a small batch 40 FID better contradicts it, in a study trained to convergence
     assert row["arm"] == "uniform_none_eps_b16_linear" and row["verdict"] == "contradicted"
     assert row["regime"]["converged"] is True and row["regime"]["plateau"]["drop"] == pytest.approx(0.05)
     # the small batch's retraining toward t = 0 (one seed, also batch 16) is not the small-batch arm
-    tz = [{**r, "run": "toward_zero_from-" + r["run"], "arm": arm_of("toward_zero_from-" + r["run"], 0)}
-          for r in _rows("batch_size", "toward_zero", "none", [0], [big[0] - 80], batch=16)]
+    small = "uniform_none_eps_b16_linear_s0"
+    tz = [{**r, "run": "toward_zero_from-" + small, "arm": arm_id("toward_zero_from-" + small, 0)}
+          for r in _rows("batch_size", "toward_zero", "none", [0], [big[0] - 80], batch=16, init_from=small)]
+    # and neither is its uniform continuation (same sampler and batch as the small-batch arm itself)
+    tz += [{**r, "run": "uniform_from-" + small, "arm": arm_id("uniform_from-" + small, 0)}
+           for r in _rows("batch_size", "uniform", "none", [0], [big[0] - 80], batch=16, init_from=small)]
     worse = pd.DataFrame(_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128, progress=flat)
                          + _rows("batch_size", "uniform", "none", [0, 1, 2], big + 40 + rng.normal(0, 1, 3),
                                  batch=16) + tz)
-    row = _judged(worse, base_batch=128)["small_batch"]
+    row = _judged(worse, base=BASE)["small_batch"]
     assert row["arm"] == "uniform_none_eps_b16_linear" and row["n"] == 3
     assert row["verdict"] == "reproduced"
 
@@ -168,7 +173,7 @@ def test_a_convergence_claim_is_not_judged_while_the_baseline_still_improves():
             + _rows("batch_size", "uniform", "none", [0, 1, 2], big + 40, batch=16))
     floor = {"format": "timestep_lab.floor/1", "records": [
         {"tool": "torch-fidelity", "metric": "fid", "value": 9.0, "ci": [2.0, 20.0], "num_samples": 359}]}
-    out = judge_claims(pd.DataFrame(rows), base_batch=128, floor=floor)
+    out = judge_claims(pd.DataFrame(rows), base=BASE, floor=floor)
     row = {r["id"]: r for r in out["claims"]}["small_batch"]
     assert row["verdict"] == "not judged at this length" and "30%" in row["verdict_note"]
     assert row["n"] == 3 and row["diff"] == pytest.approx(40, abs=1e-9)  # measured and shown, just not judged
@@ -179,7 +184,7 @@ def test_a_convergence_claim_is_not_judged_while_the_baseline_still_improves():
     # without progress curves convergence is unknown: not judged either
     bare = pd.DataFrame(_rows("batch_size", "uniform", "none", [0, 1, 2], big, batch=128)
                         + _rows("batch_size", "uniform", "none", [0, 1, 2], big + 40, batch=16))
-    row = _judged(bare, base_batch=128)["small_batch"]
+    row = _judged(bare, base=BASE)["small_batch"]
     assert row["verdict"] == "not judged at this length" and row["regime"]["converged"] is None
 
 
@@ -217,12 +222,14 @@ def test_flow_matching_claims_are_judged_in_their_group_against_their_own_baseli
 
 def test_the_asymptote_claim_is_not_judged_on_shortened_runs():
     """Curriculum Sampling's claim is about the end of training: runs shortened by a train.total_kimg
-    override (ids with _kimg<N>, the default study's 8-kimg flow runs) leave it "not run"."""
+    override (the default study's 6-kimg flow runs: their total_kimg column is not the study's base
+    length) leave it "not run", whatever their ids say."""
     rng = np.random.default_rng(2)
     seeds, base = list(range(3)), 100 + rng.normal(0, 10, 3)
-    df = pd.DataFrame(_rows("flow_matching", "uniform", "none", seeds, base, prediction="v", tag="_flow_heun_kimg8")
+    df = pd.DataFrame(_rows("flow_matching", "uniform", "none", seeds, base, prediction="v", tag="_flow_heun",
+                            total_kimg=8)
                       + _rows("flow_matching", "logit_normal", "none", seeds, base - 20 + rng.normal(0, 1, 3),
-                              prediction="v", tag="_flow_heun_kimg8"))
+                              prediction="v", tag="_flow_heun", total_kimg=8))
     rows = _judged(df)
     assert rows["fm_logit_normal"]["verdict"] == "reproduced"
     assert rows["fm_logit_normal_asymptote"]["verdict"] == "not run"
@@ -244,3 +251,57 @@ def test_claims_are_stated_as_their_sources_state_them():
     (clts,) = claim_by_id("clts_faster").numbers
     assert clts.not_comparable and "momentum decay" in clts.not_comparable and "summary" in clts.source
     assert claim_by_id("fm_cosmap_weight_vs_sample").source.title == "Implement SD3 loss weighting"
+
+
+def test_consistency_claims_select_their_arms_by_columns_not_by_run_ids():
+    """Momentum decay with and without the lr compensation, and the constant baseline at the base
+    width, are told apart by the run table's columns (optim_schedule, lr_compensated, channels):
+    ids that spell none of it (hand-written entry ids) select the same arms."""
+    rng = np.random.default_rng(3)
+    seeds, base = [0, 1, 2], 100 + rng.normal(0, 5, 3)
+
+    def arm(tag, fids, **cols):
+        rows = _rows("consistency", "uniform", "none", seeds, fids, tag=tag)
+        return [{**r, **cols} for r in rows]
+
+    df = pd.DataFrame(arm("_plain", base) + arm("_wide", base - 50, channels=24)
+                      + arm("_a", base - 30 + rng.normal(0, 0.5, 3), optim_schedule="momentum_decay")
+                      + arm("_b", base + 30 + rng.normal(0, 0.5, 3), optim_schedule="momentum_decay",
+                            lr_compensated=True))
+    rows = _judged(df)
+    md, comp = rows["momentum_decay"], rows["momentum_decay_compensated"]
+    assert md["baseline"] == comp["baseline"] == "uniform_none_eps_b128_linear_plain"
+    assert md["arm"] == "uniform_none_eps_b128_linear_a" and md["diff"] < -25
+    assert comp["arm"] == "uniform_none_eps_b128_linear_b" and comp["diff"] > 25
+    # the same table read from CSV (booleans and numbers come back as text or floats) selects the same arms
+    import io
+
+    buf = io.StringIO()
+    df.assign(channels=df["channels"].astype(float)).to_csv(buf, index=False)
+    again = _judged(pd.read_csv(io.StringIO(buf.getvalue())))
+    assert (again["momentum_decay"]["arm"], again["momentum_decay_compensated"]["arm"]) == (md["arm"], comp["arm"])
+    # a table without the columns selects nothing rather than ignoring the selector
+    bare = _judged(df.drop(columns=["optim_schedule"]))
+    assert bare["momentum_decay"]["verdict"] == "not run"
+
+
+def test_claims_and_evidence_match_no_piece_of_a_run_id():
+    """Arms are selected by column values only: no string search in the claims or the evidence
+    code (the run-id format is the workflow's: timestep_lab.workflow.runs.run_id/arm_id)."""
+    import ast
+    from pathlib import Path
+
+    import timestep_lab
+
+    root = Path(timestep_lab.__file__).parent
+    found = []
+    for path in sorted([*(root / "claims").glob("*.py"), *(root / "evidence").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("startswith", "endswith", "find", "rfind", "contains",
+                                                                   "partition", "rpartition"):
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ("arm~", "arm!~"):
+                found.append(f"{path.name}:{node.lineno} {node.value!r}")
+            if isinstance(node, ast.Import) and any(a.name == "re" for a in node.names):
+                found.append(f"{path.name}:{node.lineno} import re")
+    assert not found, found

@@ -321,3 +321,58 @@ def test_local_profile_schedules_greedily():
 
     profile = Path(__file__).resolve().parent.parent / "workflow" / "profiles" / "default" / "config.yaml"
     assert yaml.safe_load(profile.read_text())["scheduler"] == "greedy"
+
+
+def test_arm_id_drops_only_the_seed_component():
+    from timestep_lab.workflow import arm_id
+
+    assert arm_id("uniform_none_eps_b128_linear_s3", 3) == "uniform_none_eps_b128_linear"
+    assert arm_id("uniform_none_eps_b128_linear_s1_ch24", 1) == "uniform_none_eps_b128_linear_ch24"
+    assert arm_id("toward_zero_from-uniform_none_eps_b16_linear_s0", 0) == "toward_zero_from-uniform_none_eps_b16_linear"
+    assert arm_id("reference", 0) == "reference"
+
+
+@pytest.mark.parametrize("config", ["config.yaml", "digits-full.yaml", "mnist.yaml", "cifar10.yaml", "celebahq.yaml",
+                                    "imagenet.yaml"])
+def test_arms_are_told_apart_by_their_columns_alone(config):
+    """Within every group of every shipped study, the run axes (seed aside) and the arm columns
+    (workflow.ARM_COLUMNS) name exactly one arm: claims select arms by these values, so two arms
+    with the same values would be one arm to them, and one arm with two would be split."""
+    from pathlib import Path
+
+    from timestep_lab.config import load_yaml
+    from timestep_lab.workflow import AXES, arm_columns, arm_id, base_columns
+
+    study_cfg = load_yaml(Path(__file__).resolve().parents[1] / "config" / config)
+    runs = study_runs(study_cfg, source=config)
+    base = base_columns(study_cfg)
+    assert base["channels"] == study_cfg["base"]["model"]["channels"]
+    assert base["total_kimg"] == study_cfg["base"]["train"]["total_kimg"] and "seed" not in base
+    for group in sorted({g for r in runs.values() for g in r.groups}):
+        arms: dict[tuple, set] = {}
+        for rid, run in runs.items():
+            if group in run.groups:
+                cols = {**{a: run.axes[a] for a in AXES if a != "seed"}, **arm_columns(run.config, run.init_from)}
+                arms.setdefault(tuple(sorted((k, repr(v)) for k, v in cols.items())), set()).add(arm_id(rid, run.axes["seed"]))
+        assert all(len(ids) == 1 for ids in arms.values()), (group, [ids for ids in arms.values() if len(ids) > 1])
+        named = [next(iter(ids)) for ids in arms.values()]
+        assert len(named) == len(set(named)), (group, named)
+
+
+def test_arm_columns_of_the_default_study():
+    from pathlib import Path
+
+    from timestep_lab.config import load_yaml
+    from timestep_lab.workflow import arm_columns
+
+    study_cfg = load_yaml(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+    runs = study_runs(study_cfg, source="config.yaml")
+    cols = {rid: arm_columns(r.config, r.init_from) for rid, r in runs.items()}
+    consistency = [rid for rid, r in runs.items() if "consistency" in r.groups]
+    kinds = sorted({(cols[r]["optim_schedule"], cols[r]["lr_compensated"], cols[r]["channels"]) for r in consistency})
+    assert kinds == [("constant", False, 16), ("constant", False, 24), ("momentum_decay", False, 16),
+                     ("momentum_decay", True, 16)]
+    small = "uniform_none_eps_b16_linear_s0"
+    assert cols[f"toward_zero_from-{small}"]["init_from"] == small == cols[f"uniform_from-{small}"]["init_from"]
+    assert cols[small]["init_from"] == "none"
+    assert {cols[r]["total_kimg"] for r, run in runs.items() if "flow_matching" in run.groups} == {6}

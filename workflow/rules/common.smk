@@ -355,9 +355,9 @@ def momentum_runs():
 
 
 def run_columns(run):
-    """Extra per-run columns of runs.csv/metrics.csv beyond the grid axes."""
-    cfg = RUNS[run].config
-    return {"optim_schedule": _optim_schedule(run), "channels": cfg.get("model", {}).get("channels")}
+    """Per-run columns of runs.csv/metrics.csv beyond the grid axes: the values that tell arms
+    apart beyond the axes (timestep_lab.workflow.ARM_COLUMNS)."""
+    return W.arm_columns(RUNS[run].config, RUNS[run].init_from)
 
 
 def init_path(wildcards):

@@ -165,6 +165,7 @@ rule collect:
     params:
         runs=lambda wc: {r: {"axes": RUNS[r].axes, "groups": list(RUNS[r].groups), "columns": run_columns(r)} for r in RUNS},
         res=lambda wc: RES,
+        base=lambda wc: W.base_columns(config),
     log:
         f"{LOGS}/collect/collect.log",
     benchmark:
@@ -172,4 +173,5 @@ rule collect:
     run:
         from timestep_lab.workflow.collect import collect  # pandas: imported by this job only, not at DAG build
 
-        collect(params.runs, params.res, output.metrics, output.runs, output.summary, floor_json=input.floor)
+        collect(params.runs, params.res, output.metrics, output.runs, output.summary, floor_json=input.floor,
+                base=params.base)

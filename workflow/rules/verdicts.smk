@@ -14,7 +14,7 @@ rule verdicts:
         f"{RES}/verdicts.json",
     params:
         study=STUDY,
-        base_batch=lambda wc: RUNS["reference"].axes.get("batch_size") if "reference" in RUNS else None,
+        base=lambda wc: W.base_columns(config),
     log:
         f"{LOGS}/verdicts/verdicts.log",
     benchmark:
@@ -22,5 +22,5 @@ rule verdicts:
     run:
         from timestep_lab.workflow.collect import write_verdicts  # pandas: imported by this job only
 
-        write_verdicts(input.metrics, output[0], runs_csv=input.runs, base_batch=params.base_batch, study=params.study,
+        write_verdicts(input.metrics, output[0], runs_csv=input.runs, base=params.base, study=params.study,
                        **{k: input.get(k) for k in ("interference", "consistency", "floor")})

@@ -23,13 +23,14 @@ from typing import Any, Mapping
 from timestep_lab.claims.papers import ANTS, SPEED
 from timestep_lab.claims.record import Claim, PaperNumber, Source
 
-__all__ = ["FLOW_CLAIMS", "FLOW_GROUP", "FLOW_BASELINE", "QUESTIONS", "QUESTION_OF", "RUN_LENGTH_OVERRIDE"]
+__all__ = ["FLOW_CLAIMS", "FLOW_GROUP", "FLOW_BASELINE", "QUESTIONS", "QUESTION_OF", "BASE_LENGTH"]
 
 FLOW_GROUP = "flow_matching"
 #: the group's baseline arm: uniform t, unweighted loss (diffusers' weighting_scheme "none")
 FLOW_BASELINE: dict[str, Any] = {"sampler": "uniform", "weighting": "none"}
-#: the run-id slug of a train.total_kimg override: shortened runs (the default study's 8 kimg) carry it
-RUN_LENGTH_OVERRIDE = "_kimg"
+#: runs at the study's base length (``total_kimg`` column of the run table): a group's
+#: ``train.total_kimg`` override (the default study's 6-kimg flow runs) leaves them out
+BASE_LENGTH: dict[str, Any] = {"total_kimg": "{base}"}
 
 QUESTIONS = {
     1: "Which weighting_scheme for flow matching: none, logit_normal, mode or cosmap?",
@@ -105,8 +106,8 @@ FLOW_CLAIMS: tuple[Claim, ...] = (
           "middle-biased sampling accelerates early convergence but yields worse asymptotic fidelity than "
           "Uniform sampling",
           "at the end of training, logit-normal t gives a higher FID than uniform t (the opposite of SD3's ranking)",
-          {"sampler": "logit_normal", "weighting": "none", "arm!~": RUN_LENGTH_OVERRIDE},
-          baseline={**FLOW_BASELINE, "arm!~": RUN_LENGTH_OVERRIDE}, expected_sign=+1, judged_at="convergence",
+          {"sampler": "logit_normal", "weighting": "none", **BASE_LENGTH},
+          baseline={**FLOW_BASELINE, **BASE_LENGTH}, expected_sign=+1, judged_at="convergence",
           needs=f"groups.{FLOW_GROUP} at the study's base run length, without a train.total_kimg override "
                 "(config/digits-full.yaml: 96 kimg)",
           note="judged on full-length runs only: the paper finds logit-normal ahead early"),

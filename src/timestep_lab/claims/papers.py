@@ -25,8 +25,12 @@ CLTS = Source("clts", "Xu et al. 2024", "arXiv 2404.07946",
               "abstract")
 
 UNIFORM = {"sampler": "uniform", "weighting": "none"}
-#: the consistency group's plain arm: no optimizer-schedule override (``_opt...``) and the base width (``_ch...``)
-CONSTANT_BASE = {"arm!~": ["_opt", "_ch"]}
+#: the consistency group's plain arm: a constant optimizer schedule at the study's base width
+#: (columns of the run table: timestep_lab.workflow.runs.ARM_COLUMNS)
+CONSTANT_BASE = {"optim_schedule": "constant", "channels": "{base}"}
+#: the consistency group's momentum-decay arms, without and with the learning-rate compensation
+MOMENTUM_DECAY = {"optim_schedule": "momentum_decay", "channels": "{base}", "lr_compensated": False}
+MOMENTUM_DECAY_COMPENSATED = {**MOMENTUM_DECAY, "lr_compensated": True}
 
 _NOT_FID = ("Inception FID of {what}; ours is this study's FID (its own feature extractor, data set and budget): "
             "FID values, their differences and their ratios do not carry over between feature extractors and data sets")
@@ -102,7 +106,7 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
                 "as the large momentum may hinder the convergence speed and cause oscillations",
           statement="decaying Adam's beta1 during training lowers FID at equal images seen",
           direction="momentum decay reaches a lower final FID than constant momentum",
-          group="consistency", arm={"arm~": "momentum-decay", "arm!~": "compensate"}, baseline=CONSTANT_BASE,
+          group="consistency", arm=MOMENTUM_DECAY, baseline=CONSTANT_BASE,
           expected_sign=-1, needs="groups.consistency with momentum_decay entries (paired seeds)",
           note="beta1 alone, learning rate untouched (docs/methods.md §4.2)"),
     Claim("momentum_decay_compensated", CLTS, "Abstract", status="finding",
@@ -110,7 +114,7 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
           statement="momentum decay with the SGD-style lr compensation (lr falls with 1 - beta1: a confounded variant) "
                     "lowers FID at equal images seen",
           direction="compensated momentum decay reaches a lower final FID than constant momentum",
-          group="consistency", arm={"arm~": "compensate"}, baseline=CONSTANT_BASE, expected_sign=-1,
+          group="consistency", arm=MOMENTUM_DECAY_COMPENSATED, baseline=CONSTANT_BASE, expected_sign=-1,
           needs="groups.consistency with momentum_decay entries with compensate: true",
           note="a summary of the paper calls its method momentum decay with learning-rate compensation; the "
                "paper's form of the compensation is not in the abstract we hold [unverified]"),
@@ -134,10 +138,10 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
                 "iterations for each timestep, the final model achieves a poor performance",
           statement="a small batch trains a worse final model than a large one at equal images seen",
           direction="the smallest batch reaches a higher final FID than the base batch",
-          # the plain small-batch run, not its retraining toward t = 0 (also batch-sized small)
-          # the plain small-batch run, not its retraining toward t = 0 nor its uniform continuation (batch-sized small too)
-          group="batch_size", arm={"batch_size": "{smallest}", "arm!~": ["toward_zero", "_from-"]},
-          baseline={"batch_size": "{base}"},
+          # the plain small-batch run, not its retraining toward t = 0 nor its uniform continuation
+          # (batch-sized small too, both started from it)
+          group="batch_size", arm={"batch_size": "{smallest}", "init_from": "none"},
+          baseline={"batch_size": "{base}", "init_from": "none"},
           expected_sign=+1, judged_at="convergence", needs="groups.batch_size with two batch sizes",
           note="about the final model of a full training run: early in training the small batch's extra optimizer "
                "steps favour it whatever happens at convergence"),

@@ -28,20 +28,19 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from timestep_lab.artifacts.floor import floor_record, headline_tool
 from timestep_lab.claims import CLAIMS, CONSTANT_BASE, FLOW_BASELINE, FLOW_GROUP, UNIFORM, Claim
 from timestep_lab.evidence.calibration import DEFAULT_CALIBRATION
+from timestep_lab.evidence.convergence import PLATEAU_DROP, plateau
 from timestep_lab.evidence.family import ALPHA, judge_family
 from timestep_lab.evidence.stats import Speedup, holm, paired, speedup, verdict
 
 #: Sign of ``arm - baseline`` in final FID that a group's per-arm ``verdict`` tests: the arm lowers FID.
 BETTER = -1
 
-__all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "arm_of", "select_arm", "compare_group", "study_comparisons",
-           "judge_claims", "interference_effect", "consistency_effect", "FID_TOOL_ORDER", "speedup_text", "regime",
-           "PLATEAU_DROP", "floor_record"]
+__all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "select_arm", "compare_group", "study_comparisons",
+           "judge_claims", "interference_effect", "consistency_effect", "speedup_text", "regime"]
 
-#: Which tool's FID is the headline when several measured the same samples.
-FID_TOOL_ORDER = ("torch-fidelity", "clean-fid")
 
 #: Per group: the baseline arm every other arm is compared with, and the column whose values are
 #: compared separately (``schedules``: uniform vs the others within each noise schedule).
@@ -49,50 +48,42 @@ GROUP_BASELINES: dict[str, tuple[dict[str, Any], str | None]] = {
     "sampler_comparison": (UNIFORM, None),
     "schedules": (UNIFORM, "schedule"),
     "prediction_types": ({"prediction": "eps"}, None),
-    "batch_size": ({"batch_size": "{base}"}, None),
+    "batch_size": ({"batch_size": "{base}", "init_from": "none"}, None),
     "consistency": (CONSTANT_BASE, None),
     FLOW_GROUP: (FLOW_BASELINE, None),
 }
 
-#: Convergence claims are judged only when the baseline's FID fell by less than this fraction
-#: over the last third of its training (geometric mean over seeds; docs/methods.md §9.7).
-PLATEAU_DROP = 0.10
-
-
-def arm_of(run_id: str, seed: Any) -> str:
-    """The arm a run belongs to: its id without the ``_s<seed>`` component (runs of one arm
-    differ only in seed, so paired comparisons join arms on seed)."""
-    token = f"_s{seed}"
-    i = run_id.find(token + "_")
-    if i < 0 and run_id.endswith(token):
-        i = len(run_id) - len(token)
-    return run_id if i < 0 else run_id[:i] + run_id[i + len(token):]
 
 
 def _fid(metrics: pd.DataFrame, stage: str) -> pd.DataFrame:
+    """The FID rows of ``stage`` measured by the headline tool."""
     fid = metrics[(metrics["stage"] == stage) & (metrics["metric"] == "fid")]
-    for tool in FID_TOOL_ORDER:
-        if (fid["tool"] == tool).any():
-            return fid[fid["tool"] == tool]
-    return fid
+    return fid[fid["tool"] == headline_tool(fid["tool"].unique())] if len(fid) else fid
 
 
 def _in_group(df: pd.DataFrame, group: str) -> pd.DataFrame:
     return df[df["groups"].fillna("").astype(str).str.split(";").apply(lambda gs: group in gs)]
 
 
+def _same(column: pd.Series, value: Any) -> pd.Series:
+    """``column == value`` as the run table's values are read back from CSV: numbers by value (a
+    width column with an empty cell reads 16.0), the rest (names, booleans) by their text."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return column.astype(str) == str(value)
+    if isinstance(value, bool):
+        return column.astype(str) == str(value)
+    return pd.to_numeric(column, errors="coerce") == number
+
+
 def select_arm(df: pd.DataFrame, selector: Mapping[str, Any]) -> list[str]:
-    """Arms of ``df`` whose rows match every ``column: value`` of ``selector``; the key ``arm~``
-    matches a substring of the arm id (for arms told apart by overrides, e.g. momentum decay)."""
+    """Arms of ``df`` whose rows match every ``column: value`` of ``selector``: the run axes and the
+    columns that tell arms apart beyond them (:data:`timestep_lab.workflow.runs.ARM_COLUMNS`; the
+    run table carries them). A column the table lacks matches nothing: a selector is never ignored."""
     mask = pd.Series(True, index=df.index)
     for key, value in selector.items():
-        if key == "arm~":
-            mask &= df["arm"].astype(str).str.contains(str(value), regex=False)
-        elif key == "arm!~":  # one substring or a list of them, none may occur
-            for v in ([value] if isinstance(value, str) else value):
-                mask &= ~df["arm"].astype(str).str.contains(str(v), regex=False)
-        else:
-            mask &= df[key].astype(str) == str(value)
+        mask &= _same(df[key], value) if key in df else False
     return sorted(df.loc[mask, "arm"].unique())
 
 
@@ -159,14 +150,16 @@ def speedup_dict(sp: Speedup) -> dict[str, Any]:
             "per_seed": [r.as_dict() for r in sp.seeds]}
 
 
-def study_comparisons(metrics: pd.DataFrame, *, base_batch: int | None = None,
+def study_comparisons(metrics: pd.DataFrame, *, base: Mapping[str, Any] | None = None,
                       baselines: Mapping[str, tuple[Mapping[str, Any], str | None]] | None = None
                       ) -> dict[str, dict[str, Any]]:
     """:func:`compare_group` for every group of ``metrics`` that has a baseline in ``baselines``.
 
     Keyed by group, or ``"<group>/<column>=<value>"`` for a stratified group (each value of the
     column compared on its own, e.g. ``schedules/schedule=cosine``). Groups without a known
-    baseline are left out; ``baselines`` defaults to :data:`GROUP_BASELINES`."""
+    baseline are left out; ``baselines`` defaults to :data:`GROUP_BASELINES`; ``base``: the study's
+    own column values, what a selector's ``"{base}"`` stands for
+    (:func:`timestep_lab.workflow.runs.base_columns`)."""
     baselines = GROUP_BASELINES if baselines is None else baselines
     out: dict[str, dict[str, Any]] = {}
     if not len(metrics) or "groups" not in metrics:
@@ -176,7 +169,7 @@ def study_comparisons(metrics: pd.DataFrame, *, base_batch: int | None = None,
         if group not in baselines:
             continue
         selector, column = baselines[group]
-        selector = _resolve(selector, _in_group(metrics, group), base_batch)
+        selector = _resolve(selector, _in_group(metrics, group), base)
         if column is None or column not in metrics:
             out[group] = compare_group(metrics, group, selector)
             continue
@@ -221,10 +214,18 @@ def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel")
             "mean_ratio": sum(ratio) / len(ratio) if ratio else math.nan}
 
 
-def _resolve(selector: Mapping[str, Any], df: pd.DataFrame, base_batch: int | None) -> dict[str, Any]:
-    sizes = sorted({int(b) for b in df["batch_size"].dropna()}) if "batch_size" in df and len(df) else []
-    fill = {"{smallest}": sizes[0] if sizes else None, "{base}": base_batch}
-    return {k: fill.get(v, v) if isinstance(v, str) else v for k, v in selector.items()}
+def _resolve(selector: Mapping[str, Any], df: pd.DataFrame, base: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``selector`` with its placeholders filled per column: ``"{base}"`` the study's own value of
+    the column (``base``), ``"{smallest}"`` the smallest value the column takes in ``df``."""
+    out = {}
+    for key, value in selector.items():
+        if value == "{base}":
+            value = (base or {}).get(key)
+        elif value == "{smallest}":
+            values = pd.to_numeric(df[key], errors="coerce").dropna() if key in df and len(df) else pd.Series([], dtype=float)
+            value = int(values.min()) if len(values) else None
+        out[key] = value
+    return out
 
 
 def speedup_text(sp: Mapping[str, Any] | None) -> str | None:
@@ -242,17 +243,6 @@ def speedup_text(sp: Mapping[str, Any] | None) -> str | None:
     interval = f" [{lo:.2f}, {hi:.2f}]" if finite else ""
     n = sp.get("n")
     return f"{sp['label']}{interval} ({'censored, ' if sp.get('bound') else ''}{n} seed{'' if n == 1 else 's'})"
-
-
-def floor_record(floor: Mapping[str, Any] | None, tool: str | None = None) -> dict[str, Any] | None:
-    """The record of ``floor.json`` (format ``timestep_lab.floor/1``) for ``tool``, else the first
-    tool of :data:`FID_TOOL_ORDER` it has; None without a floor."""
-    records = (floor or {}).get("records") or []
-    for name in ([tool] if tool else []) + list(FID_TOOL_ORDER):
-        rec = next((r for r in records if r.get("tool") == name), None)
-        if rec:
-            return dict(rec)
-    return None
 
 
 def regime(metrics: pd.DataFrame, baseline_arm: str, seeds: Sequence[int], floor: Mapping[str, Any] | None = None
@@ -277,29 +267,19 @@ def regime(metrics: pd.DataFrame, baseline_arm: str, seeds: Sequence[int], floor
     out["floor_ratio"] = out["baseline_fid"] / f["value"] if f and f.get("value") else math.nan
     prog = _fid(metrics, "progress")
     prog = prog[(prog["arm"] == baseline_arm) & prog["seed"].astype(int).isin(list(seeds))]
-    ratios, spans = [], []
-    for _, d in prog.groupby("seed"):
-        d = d[np.isfinite(d["value"].astype(float)) & (d["value"].astype(float) > 0)].sort_values("kimg")
-        if len(d) < 2:
-            continue
-        last_k, last_f = float(d["kimg"].iloc[-1]), float(d["value"].iloc[-1])
-        earlier = d.iloc[:-1]
-        i = int(np.argmin(np.abs(earlier["kimg"].to_numpy(float) - 2 * last_k / 3)))
-        ratios.append(last_f / float(earlier["value"].iloc[i]))
-        spans.append((float(earlier["kimg"].iloc[i]), last_k))
-    if not ratios:
+    out["plateau"] = plateau([(d["kimg"].astype(float).tolist(), d["value"].astype(float).tolist())
+                              for _, d in prog.groupby("seed")])
+    p = out["plateau"]
+    if p is None:
         out["convergence_note"] = ("no progress curve for the baseline arm: whether its training has converged is "
                                    "unknown, so a claim about the converged model is not judged")
         return out
-    drop = 1.0 - float(np.exp(np.mean(np.log(ratios))))
-    out["plateau"] = {"from_kimg": spans[0][0], "to_kimg": spans[0][1], "drop": drop, "seeds": len(ratios),
-                      "threshold": PLATEAU_DROP}
-    out["converged"] = drop < PLATEAU_DROP
+    out["converged"] = p.pop("converged")
     out["convergence_note"] = (
-        f"the baseline's FID fell {drop:.0%} over the last third of training ({spans[0][0]:g} -> {spans[0][1]:g} kimg, "
-        f"mean of {len(ratios)} seeds)" + (f", less than {PLATEAU_DROP:.0%}: judged as converged" if out["converged"]
-                                           else f", not under {PLATEAU_DROP:.0%}: a claim about the converged model is "
-                                                "not judged at this length"))
+        f"the baseline's FID fell {p['drop']:.0%} over the last third of training ({p['from_kimg']:g} -> "
+        f"{p['to_kimg']:g} kimg, mean of {p['seeds']} seeds)"
+        + (f", less than {PLATEAU_DROP:.0%}: judged as converged" if out["converged"]
+           else f", not under {PLATEAU_DROP:.0%}: a claim about the converged model is not judged at this length"))
     return out
 
 
@@ -319,14 +299,14 @@ def _measured(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -> d
 
 
 def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]] | None = None, *,
-                 base_batch: int | None = None, claims: Sequence[Claim] = CLAIMS,
+                 base: Mapping[str, Any] | None = None, claims: Sequence[Claim] = CLAIMS,
                  compare: Callable[..., dict[str, Any]] = compare_group,
                  floor: Mapping[str, Any] | None = None, alpha: float = ALPHA,
                  calibration: str = DEFAULT_CALIBRATION) -> dict[str, Any]:
     """Every claim measured and judged as one family.
 
-    ``analyses`` maps an analysis name to its measured effect dict; ``base_batch`` is the study's
-    base ``train.batch_size``; ``floor`` the study's ``floor.json``. Each FID claim reads the
+    ``analyses`` maps an analysis name to its measured effect dict; ``base`` the study's own column
+    values (:func:`timestep_lab.workflow.runs.base_columns`: batch size, width, length, ...); ``floor`` the study's ``floor.json``. Each FID claim reads the
     paired comparison of its arm against its group's baseline (:func:`compare_group`), its
     within-group Holm p as ``p_group``, its speed-up and its :func:`regime`. ``calibration``: the
     entry of :data:`timestep_lab.evidence.calibration.CALIBRATIONS` the family's tests are referred to.
@@ -345,20 +325,20 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
         if not len(final):
             rows.append(_measured(claim, None, test=None))
             continue
-        baseline = _resolve(claim.baseline, final, base_batch)
-        arms = select_arm(final, _resolve(claim.arm, final, base_batch))
+        baseline = _resolve(claim.baseline, final, base)
+        arms = select_arm(final, _resolve(claim.arm, final, base))
         key = (claim.group, repr(sorted(baseline.items())))
         if key not in cache:
             cache[key] = compare(metrics, claim.group, baseline)
         comp = cache[key]["comparisons"]
         arm = next((a for a in arms if a in comp), None)
         effect = comp.get(arm) if arm else None
-        base = cache[key]["baseline"]
-        extra: dict[str, Any] = {"group": claim.group, "arm": arm, "baseline": base,
-                                 "test": f"{claim.group}:{arm}:{base}" if arm and base else None}
+        base_arm = cache[key]["baseline"]
+        extra: dict[str, Any] = {"group": claim.group, "arm": arm, "baseline": base_arm,
+                                 "test": f"{claim.group}:{arm}:{base_arm}" if arm and base_arm else None}
         if effect:
             sp = effect.get("speedup")
             extra.update(p_group=effect.get("p_adj"), seeds=effect.get("seeds"), speedup=speedup_text(sp),
-                         speedup_detail=sp, regime=regime(metrics, base, effect.get("seeds") or [], floor))
+                         speedup_detail=sp, regime=regime(metrics, base_arm, effect.get("seeds") or [], floor))
         rows.append(_measured(claim, effect, **extra))
     return judge_family(rows, alpha=alpha, calibration_name=calibration)

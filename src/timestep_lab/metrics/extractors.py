@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from torch_fidelity import FeatureExtractorBase, register_feature_extractor
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
 
+from timestep_lab.artifacts.floor import FID_TOOL_ORDER
 from timestep_lab.config.schema import FEATURE_EXTRACTORS
 from timestep_lab.metrics.features import FEATURE_NETS, load_feature_net
 from timestep_lab.artifacts.io import ArtifactError, load_torch, sha256_file
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 EXTRACTORS = FEATURE_EXTRACTORS  # the trained ones (FEATURE_NETS), then inception-v3
-TOOLS = ("torch-fidelity", "clean-fid")
+TOOLS = FID_TOOL_ORDER  # the FID tools, in headline order (artifacts/floor.py)
 
 TF_INCEPTION_FILE = "weights-inception-2015-12-05-6726825d.pth"
 CF_INCEPTION_FILE = "inception-2015-12-05.pt"

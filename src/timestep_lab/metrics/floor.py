@@ -24,7 +24,7 @@ training split scored against the other 1,079 images span 4.3-20.1 (2.5-97.5%), 
 interval of the held-out split 2.0-20.7; the plain percentile interval (8.3-27.1) would not
 even be centred on the floor.
 
-Output (``floor.json``, format :data:`FLOOR_FORMAT`; docs/design.md#artifacts): per tool one
+Output (``floor.json``, format :data:`timestep_lab.artifacts.floor.FLOOR_FORMAT`; docs/design.md#artifacts): per tool one
 record ``{"tool", "tool_version", "metric": "fid", "label", "value", "ci": [lo, hi],
 "bootstrap_median", "num_samples", "num_reference", "extractor", "feature_weights_sha256",
 "reference_file", "reference_sha256"}``. Must not know how a model samples or how runs are organised.
@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from timestep_lab.config import EvalConfig
+from timestep_lab.artifacts.floor import FLOOR_FORMAT
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import LABELS, to_extractor_input
 from timestep_lab.metrics.fid import cf_features, clean_fid_frechet, frechet_distance, tf_features, tool_versions
@@ -46,9 +47,8 @@ from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference, reference_subset
 from timestep_lab.metrics.score import scoring_spec
 
-__all__ = ["FLOOR_FORMAT", "BOOTSTRAP_REPLICATES", "BOOTSTRAP_SEED", "compute_floor", "write_floor"]
+__all__ = ["BOOTSTRAP_REPLICATES", "BOOTSTRAP_SEED", "compute_floor", "write_floor"]
 
-FLOOR_FORMAT = "timestep_lab.floor/1"
 BOOTSTRAP_REPLICATES = 200
 BOOTSTRAP_SEED = 0
 

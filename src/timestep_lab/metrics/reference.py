@@ -36,7 +36,7 @@ from timestep_lab.artifacts.checksums import NPZ_CHECKSUMS
 from timestep_lab.config.schema import MIN_FID_SAMPLES
 from timestep_lab.errors import InputError
 from timestep_lab.artifacts.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
-from timestep_lab.metrics.extractors import FeatureExtractorSpec, to_extractor_input, is_feature_net
+from timestep_lab.metrics.extractors import TOOLS, FeatureExtractorSpec, is_feature_net, to_extractor_input
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages
 
@@ -159,7 +159,7 @@ def compute_reference(images_nhwc: np.ndarray, out: str | Path, spec: FeatureExt
     if len(images) < MIN_FID_SAMPLES:
         raise ArtifactError(f"a reference set needs at least {MIN_FID_SAMPLES} images, got {len(images)}")
     arrays: dict[str, np.ndarray] = {}
-    for tool in stages([t for t in ("torch-fidelity", "clean-fid") if t in spec.weights], "reference", progress):
+    for tool in stages([t for t in TOOLS if t in spec.weights], "reference", progress):
         if tool == "torch-fidelity":
             from torch_fidelity.metric_fid import fid_features_to_statistics  # slow to import, only needed here
 

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from timestep_lab.arithmetic import LEVELS
 from timestep_lab.artifacts.io import atomic_write_text, read_json
 from timestep_lab.cost.measured import estimate_vs_measured, local_rules, study_cost
+from timestep_lab.evidence.convergence import PLATEAU_DROP
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import (
     COLUMNS,
@@ -138,8 +139,9 @@ def family_lines(verdicts: Mapping[str, Any], summary: Mapping[str, Any]) -> lis
                      + f" ({floor_data.get('sample_count_basis', '')}).")
     else:
         lines.append("Floor: none (the study has no held-out split): a final FID cannot be read against the data's own.")
-    lines.append("Claims about the converged model are judged only when the baseline's FID fell by less than 10% over "
-                 "the last third of its training; otherwise 'not judged at this length' (docs/methods.md §9.7).")
+    lines.append(f"Claims about the converged model are judged only when the baseline's FID fell by less than "
+                 f"{PLATEAU_DROP:.0%} over the last third of its training; otherwise 'not judged at this length' "
+                 f"(docs/methods.md §9.7).")
     return lines
 
 

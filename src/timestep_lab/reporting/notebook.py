@@ -8,8 +8,8 @@ A notebook that reads the collected tables starts, after its papermill ``paramet
 and shows what the study says about the papers' claims it covers (docs/methods.md §9.3)::
 
     show_verdicts(verdicts, ["speed_faster", ...])   # rows of verdicts.json's scorecard
-    show_comparisons(study)                          # every arm vs the group's baseline, paired
-    show_speedup_seeds(study)                        # the speed-up seed by seed, with its censoring
+    show_comparisons(study, summary)                 # every arm vs the group's baseline, paired
+    show_speedup_seeds(study, summary)               # the speed-up seed by seed, with its censoring
 
 ``study.metrics`` is the tidy metrics table (one row per run x stage x images seen x metric x
 tool, with its measuring protocol, docs/methods.md#protocol-record) and ``study.runs`` the run
@@ -34,9 +34,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
+from timestep_lab.artifacts.floor import headline_tool
 from timestep_lab.artifacts.identity import describe, distinct
 from timestep_lab.reporting.scorecard import COLUMNS, format_difference, load_verdicts, scorecard_rows
-from timestep_lab.evidence.verdicts import speedup_text, study_comparisons
+from timestep_lab.evidence.verdicts import speedup_text
 
 __all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup", "show_verdicts", "comparison_table",
            "show_comparisons", "speedup_seed_table", "show_speedup_seeds", "code_text"]
@@ -46,7 +47,6 @@ CODE_COLUMNS = {"commit": "code_commit", "dirty": "code_dirty", "source_sha256":
                 "lock_sha256": "code_lock_sha256"}  # metrics.csv's columns of each record's code identity
 
 STYLE = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3}
-HEADLINE_TOOL = "torch-fidelity"  # the FID tool headline numbers use when a study has it (docs/methods.md#fid-kid)
 
 
 def setup(grid: bool = True) -> None:
@@ -83,11 +83,9 @@ class Study:
 
     @property
     def tool(self) -> str:
-        """The FID tool headline numbers come from: torch-fidelity if present, else the first one."""
+        """The FID tool headline numbers come from (:func:`timestep_lab.artifacts.floor.headline_tool`)."""
         fid = self.metrics[self.metrics["metric"] == "fid"]
-        if (fid["tool"] == HEADLINE_TOOL).any():
-            return HEADLINE_TOOL
-        return fid["tool"].iloc[0] if len(fid) else ""
+        return headline_tool(fid["tool"].unique()) or ""
 
     def fid(self, stage: str | None = None, tool: str | None = None) -> pd.DataFrame:
         """The FID rows, optionally of one ``stage`` (``final`` or ``progress``) and one ``tool``."""
@@ -170,18 +168,25 @@ _DIRECTION = {"reproduced": "lower than the baseline", "contradicted": "higher t
               "inconclusive": "inconclusive"}
 
 
-def comparison_table(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
+def group_comparisons(study: Study, summary: str | Path | dict) -> dict:
+    """The paired comparisons of ``study``'s group as ``collect`` computed them once for the whole
+    study (``summary.json["comparisons"]``: :func:`timestep_lab.evidence.verdicts.study_comparisons`
+    with the study's own base values, failed runs left out): ``{key: comparison}`` where ``key`` is
+    the group or ``<group>/<column>=<value>`` for a stratified one. The reports read them, never
+    recompute them."""
+    data = json.loads(Path(summary).read_text()) if isinstance(summary, (str, Path)) else (summary or {})
+    return {key: comp for key, comp in (data.get("comparisons") or {}).items() if key.split("/")[0] == study.group}
+
+
+def comparison_table(study: Study, summary: str | Path | dict) -> pd.DataFrame:
     """Every arm of ``study``'s group against the group's baseline arm, paired by seed
-    (:func:`timestep_lab.evidence.verdicts.study_comparisons`): one row per arm with the final-FID
+    (:func:`group_comparisons`, read from ``summary.json``): one row per arm with the final-FID
     difference and 95% interval, the geometric-mean FID ratio and its interval, n, the p
     Holm-adjusted across the arms of the group, the finding (lower / higher than the baseline, or
     inconclusive), the smallest difference found with 80% power at that Holm level (estimated from
     the sample SD), and the censored per-seed speed-up."""
-    comps = study_comparisons(study.metrics, base_batch=base_batch)
     rows = []
-    for key, group in comps.items():
-        if key.split("/")[0] != study.group:
-            continue
+    for key, group in group_comparisons(study, summary).items():
         for arm, c in group["comparisons"].items():
             log = c.get("log") or {}
             ratio = [math.exp(x) if x is not None and math.isfinite(x) else math.nan
@@ -199,9 +204,9 @@ def comparison_table(study: Study, *, base_batch: int | None = None) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def show_comparisons(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
+def show_comparisons(study: Study, summary: str | Path | dict) -> pd.DataFrame:
     """Displays :func:`comparison_table` (or a line saying why there is none) and returns it."""
-    table = comparison_table(study, base_batch=base_batch)
+    table = comparison_table(study, summary)
     if not len(table):
         display(Markdown("_No paired comparison: the group's baseline arm has no finished seed._"))
         return table
@@ -214,14 +219,12 @@ _CENSORING = {"": "reached between two points", "early": "at or before the first
               "never": "not by the last point: ratio is an upper bound", "dropped": "left out"}
 
 
-def speedup_seed_table(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
+def speedup_seed_table(study: Study, summary: str | Path | dict) -> pd.DataFrame:
     """The speed-up of every arm of ``study``'s group seed by seed: the level (the baseline's FID at
     its last progress point), the baseline's kimg there, the kimg the arm needs to reach it (a
     bound when censored), the ratio and the censoring (docs/methods.md §9.4)."""
     rows = []
-    for key, group in study_comparisons(study.metrics, base_batch=base_batch).items():
-        if key.split("/")[0] != study.group:
-            continue
+    for key, group in group_comparisons(study, summary).items():
         for arm, c in group["comparisons"].items():
             for s in (c.get("speedup") or {}).get("per_seed", []):
                 cens = s.get("censoring", "")
@@ -235,9 +238,9 @@ def speedup_seed_table(study: Study, *, base_batch: int | None = None) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def show_speedup_seeds(study: Study, *, base_batch: int | None = None) -> pd.DataFrame:
+def show_speedup_seeds(study: Study, summary: str | Path | dict) -> pd.DataFrame:
     """Displays :func:`speedup_seed_table` (or a line saying there are no progress curves)."""
-    table = speedup_seed_table(study, base_batch=base_batch)
+    table = speedup_seed_table(study, summary)
     if not len(table):
         display(Markdown("_No progress curves in this group: no speed-up per seed._"))
         return table

@@ -3,11 +3,11 @@ much of the remaining distance each arm closes (docs/methods.md §8.8).
 
 * the **floor**: the held-out split's FID against the training set, with its bootstrap interval
   and sample count, as ``summary.json["floor"]`` holds it (``results/<study>/eval/floor.json``,
-  format ``timestep_lab.floor/1``, copied by ``collect``); "floor not computed" otherwise;
+  read by :func:`timestep_lab.artifacts.floor.floor_record`); "floor not computed" otherwise;
 * the **long run**: the study's reference trained far longer than the groups' runs, with its FID
   followed during training (group ``reference`` in ``metrics.csv``): where the groups' length
-  sits on the full curve, and whether the curve has flattened (the log-log slope of FID against
-  images seen over the run's second half; ``|slope| <= 0.1`` reads as flat);
+  sits on the full curve, and whether it has converged by the scorecard's one rule
+  (:func:`timestep_lab.evidence.convergence.plateau`: FID fell less than 10% over the last third);
 * each arm's **share of the gap closed**: per seed ``(F_base - F_arm) / (F_base - floor)``, the
   fraction of the baseline's distance to the floor the arm removes, with a 95% t-interval over
   seeds (the floor's own uncertainty is not propagated; its interval is shown beside it).
@@ -18,7 +18,6 @@ much of the remaining distance each arm closes (docs/methods.md §8.8).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -26,43 +25,22 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from timestep_lab.artifacts.floor import FID_TOOL_ORDER, floor_record
 from timestep_lab.artifacts.io import read_json
+from timestep_lab.evidence.convergence import plateau
 from timestep_lab.evidence.stats import paired
 
-__all__ = ["FLOOR_FORMAT", "floor_records", "floor_for", "long_run", "gap_shares", "regime", "plot_regime",
-           "regime_lines", "show_regime"]
+__all__ = ["summary_floor", "long_run", "gap_shares", "regime", "plot_regime", "regime_lines", "show_regime"]
 
-FLOOR_FORMAT = "timestep_lab.floor/1"
-HEADLINE_TOOL = "torch-fidelity"
+HEADLINE_TOOL = FID_TOOL_ORDER[0]
 
 
-def floor_records(summary: str | Path | Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """``{tool: record}`` of the held-out floor in ``summary.json`` (or a summary dict), each record
-    ``{"tool", "metric", "value", "ci": [lo, hi], "num_samples", "extractor", ...}``; ``{}`` when the
-    study has no floor. Accepts the floor as a list of records, ``{"records": [...]}``,
-    ``{"tools": {tool: record}}`` or ``{tool: record}``."""
+def summary_floor(summary: str | Path | Mapping[str, Any] | None) -> Any:
+    """``summary.json["floor"]`` (a path or the summary dict), None when the study has none."""
     if summary is None or (isinstance(summary, (str, Path)) and not Path(str(summary)).is_file()):
-        return {}
+        return None
     data = read_json(summary) if isinstance(summary, (str, Path)) else summary
-    floor = (data or {}).get("floor")
-    if not floor:
-        return {}
-    if isinstance(floor, Mapping) and isinstance(floor.get("records"), list):
-        recs = floor["records"]
-    elif isinstance(floor, Mapping) and isinstance(floor.get("tools"), Mapping):
-        recs = [{"tool": k, **v} for k, v in floor["tools"].items()]
-    elif isinstance(floor, list):
-        recs = floor
-    else:
-        recs = [{"tool": k, **v} for k, v in floor.items() if isinstance(v, Mapping) and "value" in v]
-    return {str(r.get("tool")): dict(r) for r in recs if r.get("metric", "fid") == "fid" and r.get("value") is not None}
-
-
-def floor_for(records: Mapping[str, Mapping[str, Any]], tool: str = HEADLINE_TOOL) -> dict[str, Any] | None:
-    """The floor record of ``tool``, else of the first tool, else None."""
-    if tool in records:
-        return dict(records[tool])
-    return dict(next(iter(records.values()))) if records else None
+    return (data or {}).get("floor")
 
 
 def long_run(metrics: pd.DataFrame, runs: pd.DataFrame, tool: str = HEADLINE_TOOL) -> dict[str, Any] | None:
@@ -116,26 +94,22 @@ def regime(metrics: pd.DataFrame, runs: pd.DataFrame, per_seed: pd.DataFrame, ba
     :param per_seed: the group's final FID per arm and seed (``per_seed_table``).
     :param group_kimg: the group's training length; ``group_n``: its final FID's sample count.
     """
-    floor = floor_for(floor_records(summary), tool)
+    floor = floor_record(summary_floor(summary), tool)
     out: dict[str, Any] = {"floor": floor, "group_kimg": group_kimg, "group_n": group_n, "baseline": baseline}
     lr = long_run(metrics, runs, tool)
     out["long"] = lr
     if lr:
         k = lr["kimg"]
         out["long_at_group"] = _value_at(k, lr["fid"], group_kimg) if group_kimg else None
-        # flattening: the least-squares slope of log FID against log kimg over the second half of
-        # the run (robust to one noisy point; -0.5 means FID still falls as kimg^-0.5)
-        half = [(a, b) for a, b in zip(k, lr["fid"]) if a >= k[-1] / 2 and b > 0]
-        out["late_slope"] = (float(np.polyfit(np.log([a for a, _ in half]), np.log([b for _, b in half]), 1)[0])
-                             if len(half) >= 2 else math.nan)
-        out["late_from"] = half[0][0] if half else math.nan
+        # converged? the scorecard's one rule (evidence.convergence), on the long run's curve
+        out["long_plateau"] = plateau([(k, lr["fid"])])
     if baseline and baseline in per_seed.index:
         out["baseline_mean"] = float(per_seed.loc[baseline].mean())
     out["shares"] = gap_shares(per_seed, baseline, floor["value"] if floor else None) if baseline else pd.DataFrame()
     return out
 
 
-def regime_lines(r: Mapping[str, Any], label: str, *, flat_within: float = 0.1) -> list[str]:
+def regime_lines(r: Mapping[str, Any], label: str) -> list[str]:
     """The regime block's sentences, every number from ``r`` (:func:`regime`)."""
     lines = []
     f = r.get("floor")
@@ -152,14 +126,14 @@ def regime_lines(r: Mapping[str, Any], label: str, *, flat_within: float = 0.1) 
     lr = r.get("long")
     if lr:
         at = r.get("long_at_group")
-        slope = r.get("late_slope", math.nan)
-        state = ("no slope (fewer than 2 points in its second half)" if slope != slope else
-                 f"flat (|slope| <= {flat_within:g})" if abs(slope) <= flat_within else
-                 "still falling: not converged" if slope < 0 else "rising")
+        p = r.get("long_plateau")
+        state = ("whether it has converged is unknown (fewer than 2 points)" if p is None else
+                 f"over its last third ({p['from_kimg']:.3g} -> {p['to_kimg']:.3g} kimg) its FID fell {p['drop']:.0%}: "
+                 + (f"converged by the scorecard's rule (less than {p['threshold']:.0%})" if p["converged"] else
+                    f"not converged by the scorecard's rule (not under {p['threshold']:.0%})"))
         text = (f"- **Long run**: the reference (uniform t, batch {lr['batch_size']}) trained for {lr['final_kimg']:.4g} kimg; "
                 f"its FID during training ({lr['n_progress']} samples per point) went from {lr['fid'][0]:.3g} at "
-                f"{lr['kimg'][0]:.3g} kimg to {lr['fid'][-1]:.3g} at {lr['kimg'][-1]:.3g} kimg; over its second half "
-                f"(from {r['late_from']:.3g} kimg) FID goes as kimg^{slope:+.2f} (least squares in log-log): {state}.")
+                f"{lr['kimg'][0]:.3g} kimg to {lr['fid'][-1]:.3g} at {lr['kimg'][-1]:.3g} kimg; {state}.")
         if lr.get("final") is not None:
             text += f" Its final {label} is {lr['final']:.3g} ({lr['n_final']} samples)."
         if at and r.get("group_kimg"):

@@ -24,6 +24,9 @@ from timestep_lab.workflow.run_yaml import write_run_config
 from timestep_lab.workflow.runs import (
     AXES,
     Run,
+    arm_columns,
+    arm_id,
+    base_columns,
     build_runs,
     deep_merge,
     eval_sample,
@@ -46,6 +49,9 @@ from timestep_lab.workflow.study import (
 __all__ = [
     "Run",
     "AXES",
+    "arm_columns",
+    "arm_id",
+    "base_columns",
     "build_runs",
     "study_runs",
     "reference_run",

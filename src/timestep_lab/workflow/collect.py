@@ -23,17 +23,18 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from timestep_lab.artifacts.floor import headline_tool
 from timestep_lab.artifacts.identity import describe, distinct, identity_key
 from timestep_lab.artifacts.io import atomic_path, atomic_write_json, read_json
 from timestep_lab.evidence.family import RULES
 from timestep_lab.evidence.stats import json_safe
 from timestep_lab.evidence.verdicts import (
-    arm_of,
     consistency_effect,
     interference_effect,
     judge_claims,
     study_comparisons,
 )
+from timestep_lab.workflow.runs import arm_id
 
 __all__ = ["collect", "summarize", "write_verdicts", "load_tables", "code_summary", "VERDICTS_FORMAT"]
 
@@ -46,19 +47,21 @@ def _median_step_time(log_records: list[dict]) -> float | None:
 
 
 def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv: str, runs_csv: str,
-            summary_json: str, floor_json: str | Sequence[str] | None = None) -> None:
+            summary_json: str, floor_json: str | Sequence[str] | None = None,
+            base: Mapping[str, Any] | None = None) -> None:
     """Gather every run's ``metrics.json``, ``fid_progress.json`` and ``train_log.jsonl`` into one
     tidy metrics table (one row per run x stage x images seen x metric x tool), a run table, and
     a small JSON summary (DVC metrics: final FID per group variant, mean over seeds; ``floor``: the
     study's ``eval/floor.json`` as it is, when the study has a held-out split; ``floor_json`` may be
     a path or a list of at most one, as a rule's optional input is); ``code``: the code identities that trained and scored the
-    runs (:func:`code_summary`)."""
+    runs (:func:`code_summary`). ``base``: the study's own column values
+    (:func:`timestep_lab.workflow.runs.base_columns`), what the comparisons' baselines name."""
     rows, run_rows, codes = [], [], {}
     root = Path(results_dir) / "runs"
     for rid, info in runs.items():
         axes, groups = info["axes"], info["groups"]
-        base = {"run": rid, "arm": arm_of(rid, axes.get("seed")), **axes, "groups": ";".join(groups),
-                **info.get("columns", {})}
+        row = {"run": rid, "arm": arm_id(rid, axes.get("seed")), **axes, "groups": ";".join(groups),
+               **info.get("columns", {})}
         rdir = root / rid
         log_file = rdir / "train_log.jsonl"
         log = [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
@@ -72,17 +75,17 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
             model_status = m.get("status", "ok")
             scored.append(m.get("code"))
             for rec in m.get("records", []):
-                rows.append({**base, "stage": "final", "nimg": m.get("nimg", rec.get("nimg")), **_record(rec)})
+                rows.append({**row, "stage": "final", "nimg": m.get("nimg", rec.get("nimg")), **_record(rec)})
         prog_file = rdir / "fid_progress.json"
         if prog_file.exists():
             for point in json.loads(prog_file.read_text()).get("points", []):
                 scored.append(point.get("code"))
                 for rec in point.get("records", []):
-                    rows.append({**base, "stage": "progress", "nimg": point["nimg"], **_record(rec)})
+                    rows.append({**row, "stage": "progress", "nimg": point["nimg"], **_record(rec)})
         if not log and not metrics_file.exists():
             continue
         codes[rid] = trained + distinct(scored)
-        run_rows.append({**base, "status": model_status, "nimg": log[-1]["nimg"] if log else None,
+        run_rows.append({**row, "status": model_status, "nimg": log[-1]["nimg"] if log else None,
                          "final_loss": log[-1]["loss"] if log else None, "sec_per_step": _median_step_time(log),
                          "wall_time_s": log[-1]["wall_time_s"] if log else None,
                          "train_log": str(log_file) if log else "",
@@ -95,8 +98,7 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
     for df, path in ((metrics, metrics_csv), (table, runs_csv)):
         with atomic_path(path, suffix=".csv") as tmp:
             df.to_csv(tmp, index=False)
-    ref = runs.get("reference") or {}
-    summary = summarize(metrics, table, base_batch=(ref.get("axes") or {}).get("batch_size"))
+    summary = summarize(metrics, table, base=base)
     if floor_json is not None and not isinstance(floor_json, (str, Path)):
         floor_json = next(iter(floor_json), None)
     if floor_json and Path(floor_json).is_file():
@@ -140,11 +142,11 @@ def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def summarize(metrics: pd.DataFrame, runs: pd.DataFrame, *, base_batch: int | None = None) -> dict[str, Any]:
+def summarize(metrics: pd.DataFrame, runs: pd.DataFrame, *, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Per group and variant, the final FID (torch-fidelity) mean/std over the seeds of runs that
     finished (diverged or missing runs are listed in ``failed_runs`` instead), and ``comparisons``:
     :func:`timestep_lab.evidence.verdicts.study_comparisons` (paired by seed; strict JSON, NaN -> null).
-    ``base_batch`` is the study's base batch size (the batch_size group's baseline)."""
+    ``base``: the study's own column values (the batch_size and consistency groups' baselines)."""
     out: dict[str, Any] = {"runs": int(len(runs)), "failed_runs": []}
     if len(runs):
         out["failed_runs"] = sorted(runs.loc[~runs["status"].isin(["ok", "unscored"]), "run"].tolist())
@@ -155,7 +157,7 @@ def summarize(metrics: pd.DataFrame, runs: pd.DataFrame, *, base_batch: int | No
     final = metrics[(metrics["stage"] == "final") & (metrics["metric"] == "fid")]
     if not len(final):
         return out
-    tool = "torch-fidelity" if (final["tool"] == "torch-fidelity").any() else final["tool"].iloc[0]
+    tool = headline_tool(final["tool"].unique())
     final = final[final["tool"] == tool]
     out["fid_tool"] = tool
     out["fid_label"] = str(final["label"].dropna().iloc[0]) if final["label"].notna().any() else "FID"
@@ -179,7 +181,7 @@ def summarize(metrics: pd.DataFrame, runs: pd.DataFrame, *, base_batch: int | No
     # paired comparisons per group; the speed-ups in them are per seed and censored (no mean-curve
     # speed-up here: it hid the spread over seeds and the progress-point spacing)
     if "arm" in metrics:
-        out["comparisons"] = json_safe(study_comparisons(metrics[metrics["tool"] == tool], base_batch=base_batch))
+        out["comparisons"] = json_safe(study_comparisons(metrics[metrics["tool"] == tool], base=base))
     return out
 
 
@@ -199,7 +201,7 @@ VERDICTS_FORMAT = "timestep_lab.verdicts/2"
 
 
 def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = None, interference: str | None = None,
-                   consistency: str | None = None, base_batch: int | None = None, study: str = "",
+                   consistency: str | None = None, base: Mapping[str, Any] | None = None, study: str = "",
                    floor: str | None = None) -> dict[str, Any]:
     """``verdicts.json`` (format :data:`VERDICTS_FORMAT`, docs/design.md#verdicts-json):
     :func:`timestep_lab.evidence.verdicts.judge_claims` over the collected metrics, the analyses' outputs
@@ -212,7 +214,7 @@ def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = No
     if consistency and Path(consistency).exists():
         analyses["consistency"] = consistency_effect(read_json(consistency))
     floor_data = read_json(floor) if floor and Path(floor).exists() else None
-    judged = judge_claims(metrics, analyses, base_batch=base_batch, floor=floor_data)
+    judged = judge_claims(metrics, analyses, base=base, floor=floor_data)
     result = json_safe({
         "format": VERDICTS_FORMAT,
         "study": study,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from timestep_lab.artifacts.floor import headline_tool
 from timestep_lab.artifacts.io import atomic_path, atomic_write_json
 
 __all__ = ["dvc_export"]
@@ -35,7 +36,8 @@ def dvc_export(summary_json: str, metrics_csv: str, profile_json: str, metrics_o
                 flat[f"paired.{group}.{arm}.{key}"] = None if c.get(key) is None else round(c[key], 4)
     atomic_write_json(metrics_out, flat)
     metrics = pd.read_csv(metrics_csv)
-    prog = metrics[(metrics["stage"] == "progress") & (metrics["metric"] == "fid") & (metrics["tool"] == "torch-fidelity")]
+    prog = metrics[(metrics["stage"] == "progress") & (metrics["metric"] == "fid")]
+    prog = prog[prog["tool"] == headline_tool(prog["tool"].unique())]
     prog = prog.assign(variant=prog["sampler"] + "+" + prog["weighting"])
     curve = prog.groupby(["variant", "kimg"], as_index=False)["value"].mean().rename(columns={"value": "fid"})
     with atomic_path(fid_progress_out, suffix=".csv") as tmp:

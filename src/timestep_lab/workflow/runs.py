@@ -30,11 +30,17 @@ from typing import Any, Mapping
 from timestep_lab.config import ConfigError, apply_overrides
 
 __all__ = ["Run", "AXES", "build_runs", "run_config", "deep_merge", "prepared_base", "prepared_dir", "apply_dotted", "check_overrides",
-           "default_axes", "run_id", "check_entry_spelling", "eval_sample", "process_kind"]
+           "default_axes", "run_id", "check_entry_spelling", "eval_sample", "process_kind", "ARM_COLUMNS", "arm_columns",
+           "arm_id", "base_columns"]
 
 AXES = ("sampler", "weighting", "prediction", "batch_size", "schedule", "seed")
 ENTRY_KEYS = set(AXES) | {"id", "overrides", "init_from", "tag"}
 LENGTH_KEY = "train.total_kimg"  # the one spelling of a run's length outside ``base``
+#: Columns of ``runs.csv``/``metrics.csv`` beyond :data:`AXES` that tell arms apart where a group
+#: varies more than the axes (the consistency group's optimizer schedules and widths, the batch-size
+#: group's continuations, a shortened run): claims and baselines select arms by these values
+#: (:func:`timestep_lab.evidence.verdicts.select_arm`), never by pieces of a run id.
+ARM_COLUMNS = ("optim_schedule", "lr_compensated", "channels", "total_kimg", "init_from")
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,35 @@ def default_axes(study: Mapping[str, Any]) -> dict[str, Any]:
         "schedule": base.get("diffusion", {}).get("schedule", "linear"),
         "seed": base.get("train", {}).get("seed", 0),
     }
+
+
+def arm_columns(config: Mapping[str, Any], init_from: str | None) -> dict[str, Any]:
+    """The :data:`ARM_COLUMNS` of a run: its optimizer schedule (``constant`` when none), whether
+    that schedule compensates the learning rate, its width (``model.channels``), its length
+    (``train.total_kimg``) and the run it starts from (``none``)."""
+    schedule = (config.get("optim") or {}).get("schedule") or {}
+    return {"optim_schedule": schedule.get("name", "constant"),
+            "lr_compensated": bool((schedule.get("params") or {}).get("compensate", False)),
+            "channels": (config.get("model") or {}).get("channels"),
+            "total_kimg": (config.get("train") or {}).get("total_kimg"),
+            "init_from": init_from or "none"}
+
+
+def base_columns(study: Mapping[str, Any]) -> dict[str, Any]:
+    """The study's own value of every axis but the seed and of every :data:`ARM_COLUMNS` entry: what
+    a selector's ``"{base}"`` stands for (a run that sets nothing has them)."""
+    axes = {k: v for k, v in default_axes(study).items() if k != "seed"}
+    return {**axes, **arm_columns(study.get("base") or {}, None)}
+
+
+def arm_id(rid: str, seed: Any) -> str:
+    """The arm a run belongs to: its id without the ``_s<seed>`` component (:func:`run_id` builds
+    it there; runs of one arm differ only in seed, so paired comparisons join arms on seed)."""
+    token = f"_s{seed}"
+    i = rid.find(token + "_")
+    if i < 0 and rid.endswith(token):
+        i = len(rid) - len(token)
+    return rid if i < 0 else rid[:i] + rid[i + len(token):]
 
 
 def run_id(axes: Mapping[str, Any], overrides: Mapping[str, Any], init_from: str | None, tag: str | None) -> str:
