@@ -285,8 +285,17 @@ def test_cluster_profile_groups_only_cpu_rules_that_exist():
     root = Path(__file__).resolve().parent.parent
     text = (root / "workflow" / "profiles" / "cluster" / "config.yaml").read_text()
     profile = yaml.safe_load(text)
-    gpu_rules = set(re.findall(r'"(\w+)"', re.search(r"GPU_RULES = \(([^)]*)\)", text).group(1)))
-    rules = set(re.findall(r"^rule (\w+):", "".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk")), re.M))
+    from timestep_lab.groups import gpu_rules as recorded
+
+    assert "GPU_RULES = gpu_rules()" in text  # the profile asks the study groups' records
+    gpu_rules = set(recorded())
+    rule_text = "".join(p.read_text() for p in (root / "workflow" / "rules").glob("*.smk"))
+    rules = set(re.findall(r"^rule (\w+):", rule_text, re.M))
+    # the records name exactly the rules that request a GPU (train: train_resources, the rest gpu_resources)
+    blocks = {rule: body for f in (root / "workflow" / "rules").glob("*.smk")
+              for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", f.read_text(), re.M | re.S)}
+    asking = {r for r, body in blocks.items() if "gpu_resources()" in body or "train_resources()" in body}
+    assert gpu_rules == asking, (gpu_rules ^ asking)
     grouped = {entry.split("=")[0]: entry.split("=")[1] for entry in profile["groups"]}
     assert "train" in gpu_rules and "sample_score" in gpu_rules
     assert grouped and set(grouped) <= rules, set(grouped) - rules

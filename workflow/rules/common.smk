@@ -7,6 +7,7 @@ import sys
 
 from snakemake.utils import validate
 
+from timestep_lab import groups as G
 from timestep_lab import workflow as W
 from timestep_lab.arithmetic import pin as pin_arithmetic
 from timestep_lab.config import ConfigError, load_yaml
@@ -37,6 +38,7 @@ for _source in [*(workflow.overwrite_configfiles or workflow.configfiles or [])]
 
 try:  # retired keys first: the schema could only say "unexpected", not what to write instead
     W.check_spelling(config, CONFIG_SOURCE)
+    W.check_group_names(config, CONFIG_SOURCE)
 except ConfigError as exc:
     config_error(exc)
 try:
@@ -387,3 +389,11 @@ def verdict_analyses():
 def verdict_inputs(wildcards):
     floor = {"floor": FLOOR} if floor_input() else {}
     return {"metrics": f"{RES}/metrics.csv", "runs": f"{RES}/runs.csv", **verdict_analyses(), **floor}
+
+
+def report_needed(entry):
+    """Whether the study has what the group's report compares (StudyGroup.needs): without it there
+    would be nothing to show, or a job failing after all the training; the claims it covers read
+    "not run" on the index (verdict_analyses, common.smk)."""
+    return {"group_runs": lambda: bool(group_runs(entry.name)), "constant_runs": lambda: bool(consistency_runs()),
+            "finetune_runs": lambda: bool(finetune_runs()), "always": lambda: True}[entry.needs]()

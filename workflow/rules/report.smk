@@ -4,47 +4,37 @@
 VERDICTS = f"{RES}/verdicts.json"  # every report shows the verdicts of the claims it covers
 SUMMARY = f"{RES}/summary.json"  # the held-out floor (summary["floor"]) every FID report's regime block reads
 TABLES = dict(metrics_csv=f"{RES}/metrics.csv", runs_csv=f"{RES}/runs.csv", summary=SUMMARY, verdicts=VERDICTS)
+
+
+# Each study group's report (timestep_lab.groups: one record per group) declares named inputs
+# (timestep_lab.groups.REPORT_INPUT_KINDS); each name -> {notebook parameter: file(s)} of a group.
+REPORT_INPUT_KINDS = {
+    "tables": lambda name: dict(TABLES),
+    "verdicts": lambda name: {"verdicts": VERDICTS},
+    "summary": lambda name: {"summary": SUMMARY},
+    "reference_profile": lambda name: {"profile": f"{RES}/analyses/profiles/reference.json"},
+    "slots": lambda name: {"slots": f"{RES}/analyses/slots.json"},
+    # only where the study computes the optimal denoiser's profile
+    "optimal": lambda name: {"optimal": OPTIMAL_PROFILE} if optimal_inputs() else {},
+    "interference": lambda name: {"interference": f"{RES}/analyses/interference.json"},
+    # only where the study runs the uniform-t controls
+    "interference_control": lambda name: (
+        {"interference_control": f"{RES}/analyses/interference_control.json"} if control_runs() else {}),
+    "group_profiles": lambda name: {"profiles": expand(f"{RES}/analyses/profiles/{{run}}.json", run=group_runs(name))},
+    "group_run_configs": lambda name: {"run_configs": expand(f"{RES}/runs/{{run}}/run.yaml", run=group_runs(name))},
+    "prediction_profile": lambda name: {"profile": f"{RES}/analyses/prediction_types.json"},
+    "consistency": lambda name: {"consistency": f"{RES}/analyses/consistency.json"},
+    "contribution": lambda name: {"contribution": f"{RES}/analyses/contribution.json",
+                                  "posterior": f"{RES}/analyses/posterior.json"},
+}
+assert set(REPORT_INPUT_KINDS) == set(G.REPORT_INPUT_KINDS), "a report input kind is not wired here"
+
+
 REPORTS_INPUTS = {
-    "sampler_comparison": dict(TABLES),
-    "schedules": dict(TABLES),
-    "loss_profile": dict(profile=f"{RES}/analyses/profiles/reference.json", slots=f"{RES}/analyses/slots.json",
-                         verdicts=VERDICTS, **({"optimal": OPTIMAL_PROFILE} if optimal_inputs() else {})),
-    "slot_finetune": dict(
-        interference=f"{RES}/analyses/interference.json",
-        slots=f"{RES}/analyses/slots.json",
-        verdicts=VERDICTS,
-        **({"interference_control": f"{RES}/analyses/interference_control.json"} if control_runs() else {}),
-    ),
-    "batch_size": dict(
-        TABLES,
-        profiles=expand(f"{RES}/analyses/profiles/{{run}}.json", run=batch_size_runs()),
-        **({"optimal": OPTIMAL_PROFILE} if optimal_inputs() else {}),
-    ),
-    "timestep_contribution": dict(
-        contribution=f"{RES}/analyses/contribution.json",
-        posterior=f"{RES}/analyses/posterior.json",
-        summary=SUMMARY,
-        verdicts=VERDICTS,
-    ),
-    "prediction_types": dict(TABLES, profile=f"{RES}/analyses/prediction_types.json"),
-    "consistency": dict(TABLES, consistency=f"{RES}/analyses/consistency.json"),
+    entry.report: {k: v for kind in entry.report_inputs for k, v in REPORT_INPUT_KINDS[kind](entry.name).items()}
+    for entry in G.GROUPS
+    if report_needed(entry)
 }
-if group_runs("flow_matching"):  # a study without the group (the paper configs) has no flow report
-    REPORTS_INPUTS["flow_matching"] = dict(
-        TABLES, run_configs=expand(f"{RES}/runs/{{run}}/run.yaml", run=group_runs("flow_matching")),
-    )
-# A report of a group, or of an analysis of one, is planned only when the study has what it compares:
-# without it there would be nothing to show, or a job failing after all the training; the claims it
-# covers read "not run" on the index (verdict_analyses, common.smk).
-REPORT_NEEDS = {
-    "sampler_comparison": group_runs("sampler_comparison"),
-    "schedules": group_runs("schedules"),
-    "slot_finetune": finetune_runs(),
-    "batch_size": batch_size_runs(),
-    "prediction_types": group_runs("prediction_types"),
-    "consistency": consistency_runs(),
-}
-REPORTS_INPUTS = {name: inputs for name, inputs in REPORTS_INPUTS.items() if REPORT_NEEDS.get(name, True)}
 REPORT_NAMES = list(REPORTS_INPUTS)
 
 

@@ -29,11 +29,12 @@ import numpy as np
 import pandas as pd
 
 from timestep_lab.artifacts.floor import floor_record, headline_tool
-from timestep_lab.claims import CLAIMS, CONSTANT_BASE, FLOW_BASELINE, FLOW_GROUP, UNIFORM, Claim
+from timestep_lab.claims import CLAIMS, Claim
 from timestep_lab.evidence.calibration import DEFAULT_CALIBRATION
 from timestep_lab.evidence.convergence import PLATEAU_DROP, plateau
 from timestep_lab.evidence.family import ALPHA, judge_family
 from timestep_lab.evidence.stats import Speedup, holm, paired, speedup, verdict
+from timestep_lab.groups import baselines
 
 #: Sign of ``arm - baseline`` in final FID that a group's per-arm ``verdict`` tests: the arm lowers FID.
 BETTER = -1
@@ -43,16 +44,9 @@ __all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "select_arm", "compare_group", 
 
 
 #: Per group: the baseline arm every other arm is compared with, and the column whose values are
-#: compared separately (``schedules``: uniform vs the others within each noise schedule).
-GROUP_BASELINES: dict[str, tuple[dict[str, Any], str | None]] = {
-    "sampler_comparison": (UNIFORM, None),
-    "schedules": (UNIFORM, "schedule"),
-    "prediction_types": ({"prediction": "eps"}, None),
-    "batch_size": ({"batch_size": "{base}", "init_from": "none"}, None),
-    "consistency": (CONSTANT_BASE, None),
-    FLOW_GROUP: (FLOW_BASELINE, None),
-}
-
+#: compared separately (``schedules``: uniform vs the others within each noise schedule); from the
+#: study groups' records (:mod:`timestep_lab.groups`).
+GROUP_BASELINES: dict[str, tuple[Mapping[str, Any], str | None]] = baselines()
 
 
 def _fid(metrics: pd.DataFrame, stage: str) -> pd.DataFrame:

@@ -39,6 +39,7 @@ from timestep_lab.workflow.runs import (
 from timestep_lab.workflow.snakefile import config_in_outputs, config_source_error, launcher, opt, schema_error_summary
 from timestep_lab.workflow.study import (
     check_analysis_needs,
+    check_group_names,
     check_spelling,
     contribution_ranges,
     contribution_sample_count,
@@ -65,6 +66,7 @@ __all__ = [
     "prepared_dir",
     "contribution_ranges",
     "contribution_sample_count",
+    "check_group_names",
     "check_spelling",
     "check_analysis_needs",
     "write_run_config",

@@ -25,6 +25,7 @@ import re
 from typing import Any, Mapping
 
 from timestep_lab.config import ConfigError
+from timestep_lab.groups import config_groups
 from timestep_lab.processes.timeranges import chain_timesteps, scale_range
 from timestep_lab.workflow.runs import (
     LENGTH_KEY,
@@ -70,6 +71,17 @@ def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
         entries = group.get("list") if isinstance(group, Mapping) else None
         for i, entry in enumerate(entries if isinstance(entries, list) else ()):
             check_entry_spelling(entry, f"{source}: groups.{gname}.list[{i}]")
+
+
+def check_group_names(study: Mapping[str, Any], source: str = "study") -> None:
+    """Fail on a ``groups.<name>`` that no study group's record (:mod:`timestep_lab.groups`) has,
+    listing the recorded ones (called where the DAG is built; the schema leaves the names open)."""
+    groups = study.get("groups")
+    for gname in (groups if isinstance(groups, Mapping) else ()):
+        if gname not in config_groups():
+            raise ConfigError(f"{source}: groups.{gname}: not a study group; the recorded ones are "
+                              f"{', '.join(config_groups())} (a new one is a record in timestep_lab/groups/entries.py: "
+                              f"docs/design.md#adding-a-study-group)")
 
 
 def reference_run(study: Mapping[str, Any], source: str = "study") -> Run:
