@@ -15,7 +15,7 @@ the collected tables and the study index show it (docs/design.md §6).
 
 Only entry points call :func:`current` (the command line, and a process that forks jobs, before
 it forks, so that a forked job reports the code it really runs); library functions are given the identity as an argument, since library code never
-reads files it was not given. Stdlib only; about 20 ms, once per process.
+reads files it was not given. Stdlib only; once per process.
 """
 
 from __future__ import annotations

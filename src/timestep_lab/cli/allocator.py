@@ -5,10 +5,9 @@ samples through the UNet, 20 times per image batch). glibc's malloc serves block
 mmap threshold (128 KiB, raised only by some frees) with fresh ``mmap``\\ s and gives memory at
 the heap's top back to the kernel above its trim threshold, so a buffer freed and asked for
 again comes back as new, zero-filled pages: one page fault per 4 KiB touched, paid in kernel
-time. On the default study's jobs (1 thread, 2-core CPU) that was 20-25% of a job's CPU time:
-an ``evaluate-snapshots`` job took 3.1-3.3 s of system time against 8.6-9.5 s of user time,
-and 1.8-1.9 s with the settings below (same numbers to the last bit: only where memory comes
-from changes).
+time: on the default study's jobs a fifth to a quarter of a job's CPU time, which the settings
+below remove (the same numbers to the last bit: only where memory comes from changes;
+benchmarks/RESULTS.md, "Figures the code relies on").
 
 :func:`keep_freed_memory` sets both thresholds high with ``mallopt`` (what the
 ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` environment variables would set at

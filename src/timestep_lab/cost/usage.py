@@ -69,10 +69,10 @@ def flush_output() -> None:
 def exit_now(status: int) -> None:
     """End the process with ``status`` at once, skipping the interpreter's teardown.
 
-    Tearing down a process that imported torch, torchvision, torch-fidelity and clean-fid costs
-    ~1 CPU-s (0.7 with torch alone: freeing thousands of modules and the CUDA build's libraries)
-    after the command's work is done and written, on a 2-core machine for every one of a
-    study's ~200 jobs (benchmarks/RESULTS.md, "Study cost"). Output files are written
+    Tearing down a process that imported torch, torchvision, torch-fidelity and clean-fid (freeing
+    thousands of modules and the CUDA build's libraries) costs CPU after the command's work is
+    done and written, for every one of a study's jobs (benchmarks/RESULTS.md, "Where the CPU
+    went"). Output files are written
     atomically and closed by then; this flushes the standard streams and the logging handlers
     first. Falls back to ``sys.exit`` whenever something may still need the teardown: another
     non-daemon thread, a live child process, or an initialised ``torch.distributed`` group.

@@ -27,7 +27,8 @@ Registry :data:`FEATURE_NETS` (one entry per extractor, chosen by ``evaluation.e
                 BN: batch norm, its running statistics in use once trained (features do not
                 depend on the other images of a batch). Trained 15 epochs, batch 64, Adam lr
                 2e-3, random shifts of up to 2 pixels (the 2-pixel zero border keeps every digit
-                inside the image): 98.5% (985 of the 1,000 test images) with seed 0, ~40 CPU-s.
+                inside the image); its held-out accuracy and training cost are in
+                benchmarks/RESULTS.md ("mnist-cnn: the FID feature extractor").
 
 The features are the pre-activation of the wide linear layer, so no unit is dead and the
 feature covariance of a few hundred images is full rank. Neither is Inception FID, and the
@@ -57,8 +58,8 @@ file records the sha256 of the weights it used.
 ``rehearsal-cnn`` arch ``rehearsal-cnn-v1`` (:class:`RehearsalCNN`): random weights, never trained
 (``python -m timestep_lab rehearse`` writes it, same file format, ``random: true``,
 ``in_channels``); it stands in for Inception in a fast rehearsal (``--fast-features``),
-whose FIDs of 32-d features cost microseconds where a 2048-d Inception FID costs ~25 CPU-s
-on a CPU. Input uint8 ``[B, C, H, W]`` of any size (C of the file), label "FID (rehearsal
+whose FIDs of 32-d features cost a small fraction of a 2048-d Inception FID on a CPU
+(benchmarks/RESULTS.md, "Figures the code relies on"). Input uint8 ``[B, C, H, W]`` of any size (C of the file), label "FID (rehearsal
 stand-in features)"::
 
     x / 127.5 - 1
@@ -299,7 +300,8 @@ def train_feature_net(name: str, train_dir: str | Path, test_dir: str | Path, ou
     The held-out accuracy on ``test_dir`` is stored in the file and returned. ``threads``:
     torch intra-op threads while training (restored after). One is the default because the
     layers are too small to gain from more, and on a busy machine spinning OpenMP workers made
-    a step 40x slower. digits-cnn: about 10 s of one CPU core; mnist-cnn: see docs/methods.md.
+    a step many times slower (benchmarks/RESULTS.md, "Figures the code relies on", with the
+    training cost of each network).
     """
     spec = feature_net(name)
     if not spec.trained:

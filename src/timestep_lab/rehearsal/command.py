@@ -33,8 +33,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="where the rehearsal's config and stand-ins go, under the project root (default: rehearsal)")
     p.add_argument("--fast-features", action="store_true",
                    help="score with a random 32-d CNN instead of random Inception-v3 weights in both libraries' "
-                        "formats: an Inception FID of 2048-d features costs ~25 CPU-s, and a rehearsal computes "
-                        "about 60 (the Inception loaders are then not rehearsed)")
+                        "formats: an Inception FID of 2048-d features is slow on a CPU and a rehearsal computes "
+                        "dozens (the Inception loaders are then not rehearsed)")
     p.add_argument("--prepare-only", action="store_true",
                    help="write the config and the stand-ins and print the snakemake command; run nothing")
     p.add_argument("--no-estimate", action="store_true", help="do not print the real run's estimate")

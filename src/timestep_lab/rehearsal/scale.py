@@ -93,8 +93,8 @@ def rehearsal_study(study: Mapping[str, Any], *, source: str, paths: RehearsalPa
                     sizes: Sizes = SIZES) -> dict[str, Any]:
     """The rehearsal's study config (module docstring) of the validated ``study`` (schema
     defaults filled in) read from ``source``. ``fast_features``: score with the random 32-d
-    ``rehearsal-cnn`` instead of random Inception weights (a 2048-d Inception FID costs ~25
-    CPU-s; a rehearsal computes about 60)."""
+    ``rehearsal-cnn`` instead of random Inception weights (a 2048-d Inception FID on a CPU costs
+    far more, and a rehearsal computes dozens: benchmarks/RESULTS.md, "Figures the code relies on")."""
     s = copy.deepcopy(dict(study))
     kimg_ratio = sizes.kimg / float(_get(study, "base", "train", "total_kimg", default=100.0))
     factor = batch_factor(study, sizes)

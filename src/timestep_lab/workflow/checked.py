@@ -2,7 +2,7 @@
 
 The Snakefile checks the registry names and parameters of every run of a study when it builds
 the DAG (:func:`timestep_lab.components.check_config`); that builds the cheap sampler objects, so
-it imports torch (2-4 s on a 2-core machine), on every ``snakemake`` start, a no-op rerun
+it imports torch (seconds of CPU: benchmarks/RESULTS.md), on every ``snakemake`` start, a no-op rerun
 included. :func:`check_run_configs` imports torch and checks only the run configs not recorded
 as checked in a small file under ``.snakemake/`` (:data:`RECORD`): the sha256 of each config's
 canonical JSON together with a fingerprint of what decides whether it is valid (timestep_lab's
@@ -43,7 +43,7 @@ def _version(dist: str) -> str:
 def fingerprint() -> str:
     """sha256 of what decides whether a run config is valid: timestep_lab's and torch's versions
     (package metadata: torch is not imported) and every source file of the package (a registry
-    or parameter dataclass edited in a checkout without a version bump). About 10 ms."""
+    or parameter dataclass edited in a checkout without a version bump)."""
     h = hashlib.sha256()
     h.update(f"timestep_lab {_version('timestep_lab')}\ntorch {_version('torch')}\n".encode())
     for path in sorted(_PACKAGE.rglob("*.py")):
