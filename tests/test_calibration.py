@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from test_estimate import TINY
-from timestep_lab.cost.estimate import plan_from_dict, rule_costs
+from conftest import ROOT
+from test_estimate import TINY, plan_from_dict
+from timestep_lab.cost.estimate import rule_costs
 from timestep_lab.cost.estimate.calibration import Store, fit_rule, job_features, observe
 from timestep_lab.cost.estimate.table import estimate, format_table
 from timestep_lab.cost.measured import job_usages, study_cost
@@ -88,7 +89,7 @@ def test_the_fit_recovers_the_cost_model_from_the_cost_files(tmp_path, plans):
         assert est.ratio("total") == pytest.approx(1.0, rel=1e-3)
         assert est.hours("(warm-start server)") * 3600 == pytest.approx(6.0)
         text = format_table(est)
-        assert "calibrated on this machine (machine-a)" in text and "est/meas" in text
+        assert "calibrated: per-rule CPU fit" in text and "this machine: machine-a" in text and "est/meas" in text
 
 
 def test_one_job_size_is_fitted_as_proportional_to_work_and_says_so(plans):
@@ -151,34 +152,47 @@ def test_the_cli_records_the_study_and_the_next_estimate_of_another_study_uses_t
 
     from timestep_lab.cli import main
 
+    from timestep_lab.cost.estimate import study
+
     monkeypatch.chdir(tmp_path)
+    by_file = {f"{p.study['study']}.yaml": p for p in plans}  # the DAGs built once (the fixture)
+    monkeypatch.setattr(study, "load_plan", lambda path, snakefile="Snakefile": by_file[str(path)])
     for plan in plans:
         _write_study(tmp_path, plan)
         (tmp_path / f"{plan.study['study']}.yaml").write_text(yaml.safe_dump(
             {k: v for k, v in (TINY if plan.study["study"] == "tiny" else _bigger()).items()}))
     cal = tmp_path / "cal.json"
-    assert main(["estimate", "tiny2.yaml", "--gpu", "cpu", "--calibration", str(cal), "--json"]) == 0
+    # the DAG from the project's Snakefile; no measured studies of the package's (fitted to these studies only)
+    (tmp_path / "none.json").write_text(json.dumps({"format": "timestep_lab.measured_studies/1", "studies": {}}))
+    where = ["--snakefile", str(ROOT / "Snakefile"), "--measured", str(tmp_path / "none.json")]
+    assert main(["estimate", "tiny2.yaml", "--gpu", "cpu", "--calibration", str(cal), "--json", *where]) == 0
     first = json.loads(capsys.readouterr().out)
     assert list(json.loads(cal.read_text())["machines"].values())[0]["studies"].keys() == {"tiny2"}
     assert "tiny2" in first["calibration"] and first["total"]["ratio"] == pytest.approx(1.0, rel=0.02)
     # the tiny study has not been run here (its results moved away): priced from tiny2's fit alone
     (tmp_path / "results" / "tiny").rename(tmp_path / "elsewhere")
-    assert main(["estimate", "tiny.yaml", "--gpu", "cpu", "--calibration", str(cal)]) == 0
+    assert main(["estimate", "tiny.yaml", "--gpu", "cpu", "--calibration", str(cal), *where]) == 0
     out = capsys.readouterr().out
-    assert "calibrated on this machine" in out and "tiny2" in out and "fit " in out
+    assert "calibrated: per-rule CPU fit" in out and "tiny2" in out and "fit " in out
     assert main(["estimate", "tiny.yaml", "--gpu", "cpu", "--calibration", str(cal), "--no-calibration",
-                 "--json"]) == 0
+                 "--json", *where]) == 0
     assert json.loads(capsys.readouterr().out)["calibration"] is None
     # the workflow's own estimate job (--no-record): priced from the file, this study's files left alone
     assert main(["estimate", "tiny2.yaml", "--gpu", "cpu", "--calibration", str(tmp_path / "new.json"),
-                 "--no-record", "--json"]) == 0
+                 "--no-record", "--json", *where]) == 0
     assert json.loads(capsys.readouterr().out)["calibration"] is None and not (tmp_path / "new.json").exists()
+    # the package's measured studies: the fit before this machine has recorded any study of its own
+    assert main(["estimate", "tiny2.yaml", "--gpu", "cpu", "--calibration", str(tmp_path / "new.json"),
+                 "--no-record", "--json", "--snakefile", str(ROOT / "Snakefile")]) == 0
+    assert "digits, mnist, smoke (measured_studies.json;" in json.loads(capsys.readouterr().out)["calibration"]
 
 
-def test_a_broken_calibration_file_is_one_error_line(tmp_path, capsys, monkeypatch):
+def test_a_broken_calibration_file_is_one_error_line(tmp_path, capsys, monkeypatch, plans):
     from timestep_lab.cli import main
+    from timestep_lab.cost.estimate import study
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(study, "load_plan", lambda path, snakefile="Snakefile": plans[0])
     (tmp_path / "tiny.yaml").write_text(json.dumps(TINY))
     bad = tmp_path / "cal.json"
     bad.write_text("{not json")
@@ -224,5 +238,5 @@ def test_a_sampling_job_longer_than_its_limit_is_flagged():
     assert checks["sample_score"].limit_min == 10  # max(10, 20 // 4)
     assert checks["sample_score"].wall[2] * 60 > 10 and not checks["sample_score"].fits
     assert checks["profile_losses"].fits
-    text = "\n".join(format_advice(advice))
+    text = " ".join("\n".join(format_advice(advice)).split())
     assert "sample_score: longest job" in text and "does NOT fit (no resume)" in text

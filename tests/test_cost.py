@@ -231,7 +231,8 @@ def test_a_successful_command_skips_the_teardown_and_its_usage_line_is_the_whole
 
     before = children_cpu_s()
     r = subprocess.run([sys.executable, "-m", "timestep_lab", "estimate", str(ROOT / "config" / "smoke.yaml"),
-                        "--gpu", "cpu", "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                        "--gpu", "cpu", "--json", "--snakefile", str(ROOT / "Snakefile")],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
     seen = children_cpu_s() - before
     assert r.returncode == 0, r.stderr[-2000:]
     json.loads(r.stdout)  # stdout flushed whole before the fast exit

@@ -248,8 +248,9 @@ def test_registries_schema_and_config_name_the_same_data_sets_and_extractors():
     from timestep_lab.config.schema import FEATURE_EXTRACTORS, TRAINED_FEATURE_EXTRACTORS
     from timestep_lab.data import DATASETS
     from timestep_lab.cost.estimate.study import DATASETS as SIZES
-    from timestep_lab.cost.estimate.study import load_plan
+    from study_plans import study_plan
     from timestep_lab.metrics.features import FEATURE_NETS
+    from timestep_lab.workflow import contribution_ranges, study_runs
     from timestep_lab.metrics import EXTRACTORS, LABELS
 
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())["properties"]
@@ -259,13 +260,18 @@ def test_registries_schema_and_config_name_the_same_data_sets_and_extractors():
     assert not FEATURE_NETS["rehearsal-cnn"].trained and "rehearsal-cnn" in FEATURE_EXTRACTORS
     assert LABELS["mnist-cnn"]["fid"] == "FID (mnist-cnn features)"
     assert LABELS["digits-cnn"]["fid"] == "FID (digits-CNN features)"
-    plan = load_plan(ROOT / "config" / "mnist.yaml")
+    plan = study_plan("mnist")  # the DAG Snakemake builds
     assert plan.evaluation["extractor"] == "mnist-cnn" and plan.split_size("train") == 4000
-    assert len(plan.group_runs("sampler_comparison")) == 20
+    runs = study_runs(plan.study)
+    assert sum("sampler_comparison" in r.groups for r in runs.values()) == 20
     # every report and analysis of the default study, issue 28's too (the optimal denoiser's floor, the
     # batch-size control, the contribution's final-step arm), and the flow group's six arms
-    default = load_plan(ROOT / "config" / "config.yaml")
-    assert plan.reports() == default.reports() and "flow_matching" in plan.reports()
-    assert plan.optimal_profile and plan.control_runs() == default.control_runs()
-    assert plan.contribution_labels() == default.contribution_labels() and "final" in plan.contribution_labels()
-    assert len(plan.group_runs("flow_matching")) == 6 * 3
+    default = study_plan("config")
+    reports = {j.name for j in plan.rule_jobs("report")}
+    assert reports == {j.name for j in default.rule_jobs("report")} and "flow_matching" in reports
+    assert plan.rule_jobs("optimal_profile") and plan.rule_jobs("interference_control")
+    controls = [j.name for j in plan.rule_jobs("profile_losses") if "uniform" in j.name]
+    assert controls == [j.name for j in default.rule_jobs("profile_losses") if "uniform" in j.name] and controls
+    ranges = contribution_ranges(plan.study)
+    assert ranges == contribution_ranges(default.study) and "final" in ranges
+    assert sum("flow_matching" in r.groups for r in runs.values()) == 6 * 3

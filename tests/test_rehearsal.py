@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 
-from timestep_lab.cost.estimate import load_plan
 from timestep_lab.rehearsal.needs import real_run_needs
 from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.rehearsal.scale import SIZES, rehearsal_study
 from timestep_lab.processes.solvers import respaced_timesteps
 from timestep_lab.studies.contribution import contribution_arms
 from timestep_lab.workflow import study_runs
+from study_plans import study_plan
 from worktree import ROOT
 
 PAPER_CONFIGS = ("cifar10", "celebahq", "imagenet")
@@ -31,7 +31,7 @@ PAPER_CONFIGS = ("cifar10", "celebahq", "imagenet")
 
 @pytest.fixture(scope="module")
 def plans():
-    return {name: load_plan(ROOT / "config" / f"{name}.yaml").study for name in PAPER_CONFIGS}
+    return {name: study_plan(name).study for name in PAPER_CONFIGS}
 
 
 def _rehearsal(study, fast=True):
@@ -183,7 +183,7 @@ def test_rehearse_refuses_what_it_cannot_rehearse_with_one_line(tmp_path):
     r = _cli(["config/nope.yaml", "--prepare-only"], ROOT)
     assert r.returncode == 2 and "config/nope.yaml: no such study config" in r.stderr
     again = tmp_path / "rehearsal.yaml"
-    study = _rehearsal(load_plan(ROOT / "config" / "cifar10.yaml").study)
+    study = _rehearsal(study_plan("cifar10").study)
     again.write_text(json.dumps(study))
     r = _cli([str(again), "--prepare-only"], ROOT)
     assert r.returncode == 2 and "is itself a rehearsal (of config/cifar10.yaml)" in r.stderr

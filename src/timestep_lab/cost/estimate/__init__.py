@@ -2,13 +2,14 @@
 their range and sources) and disk per Snakemake rule, and the budget to ask a cluster for
 (``python -m timestep_lab estimate STUDY.yaml``).
 
-Layers, bottom up: ``study`` (the config as the workflow sees it, and which runs each rule
-covers), ``flops`` (FlopCounterMode counts of the networks), ``anchors`` (published GPU
-throughput with citations, and how it is carried to our networks), ``throughput`` (measured
-images/s, else the anchors, else an assumed MFU), ``rules`` (work per rule and job),
-``calibration`` (per-rule CPU fits to finished studies on this machine), ``budget`` (time
-limits and resubmissions per training job), ``table`` (prices and layout), ``command`` (the CLI
-command). Nothing here runs a job or touches a GPU.
+Layers, bottom up: ``dag`` (the jobs Snakemake plans for the study, its validated config and run
+configs, from Snakemake's own DAG build), ``study`` (that plan), ``flops`` (FlopCounterMode counts
+of the networks), ``anchors`` (published GPU throughput with citations, and how it is carried to our
+networks), ``throughput`` (measured images/s, else the anchors, else an assumed MFU), ``rules``
+(work per DAG job, by rule kind), ``calibration`` (per-rule CPU fits to the measured studies and
+this machine's finished ones), ``budget`` (time limits and resubmissions per training job),
+``table`` (prices and layout), ``command`` (the CLI command).
+Nothing here runs a job or touches a GPU.
 """
 
 import importlib
@@ -19,10 +20,11 @@ _WHERE = {
     **dict.fromkeys(("NetworkCost", "count_flops", "extractor_flops", "network_cost"), "flops"),
     **dict.fromkeys(("RuleCost", "Work", "rule_costs", "snapshot_count", "trained_images"), "rules"),
     **dict.fromkeys(("Plan", "load_plan", "plan_from_dict"), "study"),
+    **dict.fromkeys(("Job", "StudyDag", "study_dag"), "dag"),
     **dict.fromkeys(("Estimate", "estimate", "format_table", "to_json"), "table"),
     **dict.fromkeys(("DEVICES", "MEASURED", "device_for", "rate"), "throughput"),
     **dict.fromkeys(("ANCHORS", "CARDS", "scaled_anchors"), "anchors"),
-    **dict.fromkeys(("Calibration", "Store", "fit", "observe"), "calibration"),
+    **dict.fromkeys(("Calibration", "Store", "fit", "observe", "measured_studies"), "calibration"),
     **dict.fromkeys(("Advice", "advise"), "budget"),
 }
 __all__ = list(_WHERE)

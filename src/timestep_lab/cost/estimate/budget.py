@@ -122,7 +122,7 @@ def advise(plan: Plan, est: Priced, device: str, retries: int | None = None) -> 
     for job, (c, lo, hi) in train.job_seconds.items():
         work = train.cost.job_work[job]
         images = sum(w.images for w in work)
-        cfg = config_from_dict(plan.runs[job].config, f"{plan.source} (run {job})")
+        cfg = config_from_dict(plan.runs[job], f"{plan.source} (run {job})")
         redo_images = min(images, int(round(cfg.train.checkpoint_every_kimg * 1000))) if cfg.train.checkpoint_every_kimg else images
         key = (work[0].model if work else "", images, f"{hi:.3g}")
         groups.setdefault(key, []).append(job)

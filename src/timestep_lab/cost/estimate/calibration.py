@@ -9,6 +9,10 @@ rule, for the jobs of every study measured on the machine together:
 
     cpu_s(job) = overhead + a * GFLOP(job) + b * steps(job)                       (a, b, overhead >= 0)
 
+An observation may also be a whole rule of a study (``jobs`` > 1: its jobs' work summed, its
+CPU-s summed; the measured studies of :func:`measured_studies`, of which only per-rule totals
+were kept): the overhead then counts once per job.
+
 ``GFLOP`` is the job's network work (FlopCounterMode counts, every pass it makes: training,
 sampling, feature extraction), ``steps`` its optimizer steps (training only: the optimizer,
 EMA and sampler bookkeeping cost per step, whatever the batch), ``overhead`` what a job of the
@@ -41,9 +45,10 @@ from timestep_lab.config import ConfigError
 from timestep_lab.cost.estimate.rules import RuleCost, Work
 from timestep_lab.artifacts.io import atomic_write_json
 
-__all__ = ["FORMAT", "Observation", "RuleFit", "Calibration", "Store", "job_features", "observe", "fit", "predict"]
+__all__ = ["FORMAT", "MEASURED_FORMAT", "measured_studies", "rule_totals", "Observation", "RuleFit", "Calibration", "Store", "job_features", "observe", "fit", "predict"]
 
 FORMAT = "timestep_lab.calibration/1"
+MEASURED_FORMAT = "timestep_lab.measured_studies/1"
 FEATURES = ("gflop", "steps")
 SPREAD = 1.05  # a quantity whose largest value is within 5% of its smallest has no spread to fit
 
@@ -108,7 +113,7 @@ class RuleFit:
     note: str = ""
 
     def predict(self, features: Mapping[str, float]) -> float:
-        return self.overhead + self.per_gflop * features.get("gflop", 0.0) + self.per_step * features.get("steps", 0.0)
+        return self.overhead * features.get("jobs", 1.0) + self.per_gflop * features.get("gflop", 0.0) + self.per_step * features.get("steps", 0.0)
 
     def describe(self) -> str:
         parts = [f"{self.overhead:.2f} CPU-s/job"] if self.overhead else []
@@ -153,6 +158,7 @@ def fit_rule(rule: str, obs: list[tuple[str, Observation]]) -> RuleFit:
         return RuleFit(rule, 0.0, 0.0, 0.0, len(obs), studies, 1.0, 1.0, "no CPU of its own (a local rule)")
     keep = y > 0
     x = {k: np.array([o.features.get(k, 0.0) for _, o in obs], dtype=float) for k in FEATURES}
+    jobs = np.array([o.features.get("jobs", 1.0) for _, o in obs], dtype=float)  # the overhead's count
     columns, note = [], ""
     for k in FEATURES:
         if (x[k][keep] > 0).any():
@@ -163,7 +169,7 @@ def fit_rule(rule: str, obs: list[tuple[str, Observation]]) -> RuleFit:
         note = "every job the same size: cost taken as proportional to its work"
     elif len(spread) < len(columns):  # keep the quantities that vary; the others ride on the overhead
         columns = spread
-    design = np.stack(([np.ones_like(y)] if with_overhead else []) + [x[k] for k in columns], axis=1)
+    design = np.stack(([jobs] if with_overhead else []) + [x[k] for k in columns], axis=1)
     coef = _relative_fit(design[keep], y[keep])
     values = dict(zip((["overhead"] if with_overhead else []) + columns, coef.tolist()))
     result = RuleFit(rule, values.get("overhead", 0.0), values.get("gflop", 0.0), values.get("steps", 0.0),
@@ -192,8 +198,35 @@ class Calibration:
     source: str  # the store's path
 
     def describe(self) -> str:
-        return (f"calibrated on this machine ({self.machine}): per-rule fit to {self.jobs} measured jobs of "
-                f"{', '.join(self.studies)} ({self.source})")
+        return (f"calibrated: per-rule CPU fit to {self.jobs} measured jobs or rules' totals of "
+                f"{', '.join(self.studies)} ({self.source}; this machine: {self.machine})")
+
+
+def rule_totals(rules: Iterable[RuleCost], measured: Mapping[str, float]) -> list[Observation]:
+    """One observation per measured rule of a study (``measured``: rule -> CPU-s of all its jobs):
+    its jobs' work summed, ``jobs`` their number (the overhead's count)."""
+    out = []
+    for cost in rules:
+        if cost.rule in measured:
+            features = job_features(w for work in cost.job_work.values() for w in work)
+            out.append(Observation(cost.rule, f"({cost.jobs} jobs)", float(measured[cost.rule]), None,
+                                   {**features, "jobs": float(cost.jobs)}))
+    return out
+
+
+def measured_studies(path: str | Path) -> dict[str, dict]:
+    """The studies measured for the estimate's own calibration (a file of this package,
+    ``measured_studies.json``: per study its commit, date, conditions, per-rule totals as
+    :func:`rule_totals` and helper rows), as :meth:`Store.machine` gives a machine's studies."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a measured-studies file ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != MEASURED_FORMAT:
+        raise ConfigError(f"{path}: not a measured-studies file (format {MEASURED_FORMAT!r} expected)")
+    return data["studies"]
 
 
 def fit(studies: Mapping[str, Mapping], machine: str, source: str) -> Calibration | None:

@@ -3,11 +3,15 @@ before it runs. ``configure`` adds the options to the command's parser, ``run`` 
 (or the JSON) and returns the exit status; a bad study config raises :class:`ConfigError`, which
 the CLI turns into one ``error:`` line.
 
-Calibration (``--gpu cpu``, :mod:`calibration`): when the study has run (its benchmark files
+The study is priced as the DAG ``--snakefile`` (default ``./Snakefile``) builds for it (:mod:`dag`).
+
+Calibration (``--gpu cpu``, :mod:`calibration`): the CPU figures are fitted to the package's measured
+studies (``--measured``, default ``measured_studies.json`` beside this module), each replaced by this
+machine's own record of the same study when it has one. When the study has run (its benchmark files
 under ``--results``, default ``results/<study>``, and its job logs under ``logs/<study>``), its
 jobs' measured CPU is recorded in the calibration file ``--calibration`` (default
 ``results/calibration.json``) under this machine's name, and the CPU figures of any study are
-then priced from the per-rule fit to every study recorded for this machine. ``--no-record`` only
+then priced from the per-rule fit to those studies. ``--no-record`` only
 prices (the workflow's estimate job: the study is just starting, its cost files are partial or
 stale); ``--no-calibration`` does neither. This module is where those paths and the machine's name are decided; the library
 below reads only what it is given.
@@ -31,6 +35,8 @@ from timestep_lab.artifacts.io import atomic_write_json
 __all__ = ["configure", "run", "machine_name", "DEFAULT_CALIBRATION"]
 
 DEFAULT_CALIBRATION = "results/calibration.json"
+#: the studies measured for the estimate's own calibration (benchmarks/fit_estimate.py writes it)
+MEASURED_STUDIES = Path(__file__).with_name("measured_studies.json")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +50,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration", default=DEFAULT_CALIBRATION, metavar="FILE",
                         help="this machine's CPU calibration: the measured jobs of finished studies and the "
                              f"per-rule fit to them (default: {DEFAULT_CALIBRATION})")
+    parser.add_argument("--measured", default=str(MEASURED_STUDIES), metavar="FILE",
+                        help="the measured studies the CPU figures are fitted to before this machine has "
+                             "recorded any of its own (default: the package's measured_studies.json)")
     parser.add_argument("--no-calibration", action="store_true",
                         help="neither record the study's measured cost nor price from a fit")
     parser.add_argument("--no-record", action="store_true",
@@ -52,6 +61,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default=None, metavar="DIR",
                         help="the study's results folder to learn from (default: results/<study>)")
     parser.add_argument("--logs", default=None, metavar="DIR", help="its job logs (default: logs/<study>)")
+    parser.add_argument("--snakefile", default="Snakefile", metavar="FILE",
+                        help="the workflow whose DAG of the study is priced (default: ./Snakefile)")
 
 
 def machine_name() -> str:
@@ -65,29 +76,14 @@ def machine_name() -> str:
     return f"{model} x{os.cpu_count()}"
 
 
-def _repo_root() -> Path | None:
-    from timestep_lab.cost.estimate.study import schema_path
-
-    schema = schema_path()
-    return schema.parents[2] if schema is not None else None
-
-
-def _profile_retries() -> int | None:
-    """``retries`` of the cluster profile of this checkout (None when there is none)."""
-    root = _repo_root()
-    profile = root / "workflow" / "profiles" / "cluster" / "config.yaml" if root else None
+def _profile_retries(root: Path) -> int | None:
+    """``retries`` of the cluster profile of the project at ``root`` (None when there is none)."""
+    profile = root / "workflow" / "profiles" / "cluster" / "config.yaml"
     try:
-        found = re.search(r"^retries:\s*(\d+)", profile.read_text(), re.M) if profile else None
+        found = re.search(r"^retries:\s*(\d+)", profile.read_text(), re.M)
     except OSError:
         return None
     return int(found.group(1)) if found else None
-
-
-def _local_rules() -> set[str]:
-    from timestep_lab.cost.measured import local_rules
-
-    root = _repo_root()
-    return local_rules(sorted((root / "workflow" / "rules").glob("*.smk"))) if root else set()
 
 
 def _learn(plan, args, device: str):
@@ -102,7 +98,7 @@ def _learn(plan, args, device: str):
     machine = machine_name()
     measured = None
     if not args.no_record and (results / "benchmarks").is_dir():
-        local = _local_rules()
+        local = plan.local_rules()
         rules = rule_costs(plan)
         observations, unknown = observe(rules, job_usages(results, logs), local)
         helpers = {row: [c.cpu_s / c.jobs] * c.jobs for row, c in read_helper_usage(logs).items()}
@@ -115,15 +111,26 @@ def _learn(plan, args, device: str):
         ran_on_gpu = plan.study["resources"].get("device") == "cuda"
         if ran_on_gpu == DEVICES[device].gpu:
             try:
-                costs = study_cost(results, logs, local)
+                costs = study_cost(results, logs, plan.local_rules())
             except ValueError as exc:  # a malformed benchmark file: say so, price without the comparison
                 print(f"warning: no measured cost beside the estimate: {exc}", file=sys.stderr)
-                return store.calibration(machine), None
+                return _calibration(store, machine, args), None
             gpus = max(1, int(plan.study["resources"].get("gpus") or 0))
             measured = ({name: c.cpu_s for name, c in costs.items()} if not ran_on_gpu else
                         {name: c.wall_s * (gpus if name == "train" else 1) for name, c in costs.items()
                          if name in {r.rule for r in rules if r.gpu}})
-    return store.calibration(machine), measured
+    return _calibration(store, machine, args), measured
+
+
+def _calibration(store, machine: str, args):
+    """The fit to the package's measured studies, each replaced by this machine's own record of
+    the study when it has one (a study recalibrates the estimate by its own run)."""
+    from timestep_lab.cost.estimate.calibration import fit, measured_studies
+
+    own = store.machine(machine)
+    studies = {**measured_studies(args.measured), **own}
+    source = ", ".join([Path(args.measured).name] + ([f"{store.path} ({', '.join(sorted(own))})"] if own else []))
+    return fit(studies, machine, source)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,10 +139,10 @@ def run(args: argparse.Namespace) -> int:
     from timestep_lab.cost.estimate.study import load_plan
     from timestep_lab.cost.estimate.table import estimate, format_table, to_json
 
-    plan = load_plan(args.study)
+    plan = load_plan(args.study, args.snakefile)
     device = device_for(plan.study["resources"], args.gpu)
     calibration, measured = (None, None) if args.no_calibration else _learn(plan, args, device)
-    est = estimate(plan, device, calibration, measured, _profile_retries())
+    est = estimate(plan, device, calibration, measured, _profile_retries(Path(args.snakefile).resolve().parent))
     print(json.dumps(to_json(est), indent=2) if args.json else format_table(est))
     if args.out:
         atomic_write_json(args.out, to_json(est))

@@ -1,27 +1,29 @@
-"""The work of every Snakemake rule of a study, job by job, in images and network evaluations.
+"""The work of every job of a study's DAG, in images and network evaluations, by rule kind.
 
-For each rule of ``workflow/rules/*.smk`` that the default target (``reports/<study>/index.html``)
-pulls in, :func:`rule_costs` counts over the same run lists the rule is expanded over
-(:class:`Plan`):
+:func:`rule_costs` walks the jobs Snakemake planned (:class:`Plan`: the DAG, its wildcards, the
+runs each job reads and the run configs the ``run_config`` jobs write) and gives each job the work
+of its rule's kind (:data:`KINDS`); which runs a rule covers is the DAG's answer:
 
-* ``train``: ``ceil(total_kimg * 1000 / batch) * batch`` images per run, one forward + backward
-  each; disk: ``model.pt`` (weights + EMA), the resumable checkpoint (weights, EMA, Adam's two
-  moments) and one EMA snapshot per ``snapshot_every_kimg`` (plus the final one) when followed.
-* ``sample_score``: ``evaluation.num_samples`` images per scored run, each taking ``steps``
+* ``train``: ``ceil(total_kimg * 1000 / batch) * batch`` images of the job's run, one forward +
+  backward each; disk: ``model.pt`` (weights + EMA), the resumable checkpoint (weights, EMA, Adam's
+  two moments) and one EMA snapshot per ``snapshot_every_kimg`` (plus the final one) when followed.
+* ``sample_score``: ``evaluation.num_samples`` images of the job's run, each taking ``steps``
   network evaluations (``evaluation.sample`` over the run's ``sample``; ``steps`` null means all
-  T), then two feature passes (torch-fidelity and clean-fid each extract their own); one job.
-* ``evaluate_progress``: the same per snapshot of a followed run with ``progress_num_samples``.
+  T), then one feature pass per FID tool of the run's ``eval.tools``.
+* ``evaluate_progress``: the same per snapshot of the job's run with ``progress_num_samples``.
 * ``train_features`` (trained extractors only): ``epochs`` passes over the training split,
   one forward + backward of the classifier per image (a CPU job: priced on ``--gpu cpu`` only).
-* ``reference_stats``: the training split (at most ``reference_max_images``) through both tools.
-* ``floor``: the held-out split (at most ``num_samples`` images) through both tools; only with ``data.test_split``.
-* ``profile_losses`` / ``profile_predictions``: ``num_images`` forwards per profiled timestep
-  (``range(0, T, stride)`` plus T-1) per model, plus ``grad_samples`` forward + backward passes
-  at each of ``grad_timesteps`` timesteps for the reference.
+* ``reference_stats``: the training split (at most ``reference_max_images``) through every tool
+  any run scores with (the runs' ``eval.tools``).
+* ``floor``: the held-out split (at most ``num_samples`` images) through those tools.
+* ``profile_losses`` / ``profile_predictions``: ``--num-images`` forwards per profiled timestep
+  (``range(0, T, stride)`` plus T-1) per model the job reads, plus ``--grad-samples`` forward +
+  backward passes at each of ``--grad-timesteps`` timesteps when the job's bank asks for them
+  (the job's own arguments).
 * ``contribution``: one job; every arm forks from one chain, so the network runs once per chain
   step above the lowest range and once per step below each range (:meth:`Plan.contribution_evaluations`).
-* ``optimal_profile``: the closed-form optimal denoiser on the profile bank (no network).
-* CPU-only bookkeeping rules (run configs, collection, slots, reports) count jobs only.
+* ``consistency``: every pair of the runs the job reads: (digits) both sets' features again per pair.
+* Every other rule (run configs, collection, slots, reports, the closed-form profile) counts jobs only.
 
 It counts work; it knows nothing of devices, rates or prices (see ``throughput``/``table``).
 """
@@ -30,23 +32,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from timestep_lab.components import build_diffusion
 from timestep_lab.config import RunConfig, config_from_dict
 from timestep_lab.cost.estimate.flops import NetworkCost, extractor_flops, network_cost
+from timestep_lab.cost.estimate.dag import Job
 from timestep_lab.cost.estimate.study import Plan
 from timestep_lab.metrics.features import FEATURE_NETS
 from timestep_lab.processes.solvers import make_solver
 from timestep_lab.studies.profile import profile_timesteps
-from timestep_lab.workflow import contribution_sample_count, prepared_dir
+from timestep_lab.workflow import contribution_ranges, contribution_sample_count
 from timestep_lab.workflow.runs import eval_sample, fid_sample_count
 
-__all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "FID_TOOLS"]
+__all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "KINDS"]
 
-FID_TOOLS = 2  # torch-fidelity and clean-fid each run the extractor over every image
 FEATURE_DIMS = {"inception-v3": 2048, **{name: net.feature_dim for name, net in FEATURE_NETS.items()}}
 
 
@@ -98,11 +100,6 @@ class RuleCost:
         self.job_work.setdefault(job, []).append(work)
 
 
-def _rule(name: str, jobs: list[str], gpu: bool, **kw) -> RuleCost:
-    """A rule of ``jobs`` (benchmark file names), none with work yet."""
-    return RuleCost(name, len(jobs), gpu, job_work={j: [] for j in jobs}, **kw)
-
-
 def trained_images(cfg: RunConfig) -> int:
     """Images a run trains on: whole steps of ``batch_size`` until ``total_kimg`` is reached."""
     total = int(round(cfg.train.total_kimg * 1000))
@@ -119,19 +116,22 @@ def snapshot_count(cfg: RunConfig) -> int:
 
 
 class _Counter:
-    """Per-run lookups shared by the rules: configs, networks, sampling steps."""
+    """Per-run lookups shared by the cost models: configs, networks, sampling steps, FID tools."""
 
     def __init__(self, plan: Plan):
         self.plan = plan
         self.res, self.ch = plan.image_shape()
         self.img_bytes = self.res * self.res * self.ch  # uint8 NHWC
         self.notes: set[str] = set()
+        self._cfgs: dict[str, RunConfig] = {}
 
     def cfg(self, rid: str) -> RunConfig:
-        return config_from_dict(self.plan.runs[rid].config, f"{self.plan.source} (run {rid})")
+        if rid not in self._cfgs:  # checked once per run: every job of the run asks
+            self._cfgs[rid] = config_from_dict(self.plan.runs[rid], f"{self.plan.source} (run {rid})")
+        return self._cfgs[rid]
 
     def net(self, rid: str) -> NetworkCost:
-        config = self.plan.runs[rid].config
+        config = self.plan.runs[rid]
         if (config.get("model") or {}).get("name", "unet") != "unet":  # a pretrained diffusers folder
             config = {**config, "model": self.plan.study["base"].get("model", {})}
             self.notes.add("runs fine-tuning a pretrained folder are counted with base.model's network")
@@ -140,10 +140,17 @@ class _Counter:
     def steps(self, rid: str) -> int:
         """Network evaluations per sample: the scoring protocol (``evaluation.sample`` and its
         ``sample_by_kind`` for the run's process) over the run's own ``sample``; Heun takes 2n - 1."""
-        config = self.plan.runs[rid].config
+        config = self.plan.runs[rid]
         sample = {**(config.get("sample") or {}), **eval_sample(self.plan.evaluation, config)}
         cfg = self.cfg(rid)
         return make_solver(sample.get("method", cfg.sample.method)).evaluations(build_diffusion(cfg), sample.get("steps"))
+
+    def tools(self, rid: str | None = None) -> int:
+        """FID tools that each extract their own features: the run's ``eval.tools``; without a run
+        (the reference and the floor) every tool any run scores with."""
+        if rid is not None:
+            return len(self.cfg(rid).eval.tools)
+        return len({t for r in self.plan.runs for t in self.cfg(r).eval.tools}) or 1
 
     def sampling(self, cost: RuleCost, job: str, rid: str, n: int, keep: bool) -> None:
         net, steps = self.net(rid), self.steps(rid)
@@ -152,174 +159,148 @@ class _Counter:
         cost.add(job, Work(net.key, net.forward, n * steps, "forward", step="sample"))
         cost.disk_bytes += n * self.img_bytes if keep else 0
 
-    def features(self, cost: RuleCost, job: str, n: int) -> None:
+    def features(self, cost: RuleCost, job: str, n: int, tools: int) -> None:
         name = self.plan.evaluation["extractor"]
-        cost.add(job, Work(name, extractor_flops(name), n * FID_TOOLS, "forward", "fp32", step="features"))
+        cost.add(job, Work(name, extractor_flops(name), n * tools, "forward", "fp32", step="features"))
 
-    def profile(self, cost: RuleCost, job: str, rid: str, grad: bool) -> None:
-        p = (self.plan.study.get("analyses") or {}).get("loss_profile") or {}
+    def profile(self, cost: RuleCost, job: Job, rid: str) -> None:
+        """The job's bank (its ``--num-images``, ``--stride``, ``--grad-*`` options) through ``rid``'s network."""
+        a = job.args
         net, T = self.net(rid), self.cfg(rid).diffusion.num_timesteps
-        n = int(p.get("num_images", 256)) * len(profile_timesteps(T, int(p.get("stride", 1))))
+        n = int(a.get("num-images", 256)) * len(profile_timesteps(T, int(a.get("stride", 1))))
         cost.evaluations += n
-        cost.add(job, Work(net.key, net.forward, n, "forward", step="sample"))
-        if grad and int(p.get("grad_timesteps", 0)) > 0:
-            ts = {int(round(v)) for v in np.linspace(0, T - 1, int(p["grad_timesteps"]))}  # as loss_profile
-            g = len(ts) * max(1, int(p.get("grad_samples", 16)))
+        cost.add(job.name, Work(net.key, net.forward, n, "forward", step="sample"))
+        if int(a.get("grad-timesteps", 0)) > 0:
+            ts = {int(round(v)) for v in np.linspace(0, T - 1, int(a["grad-timesteps"]))}  # as loss_profile
+            g = len(ts) * max(1, int(a.get("grad-samples", 16)))
             cost.evaluations += g
-            cost.add(job, Work(net.key, net.train, g, "train", step="train"))
+            cost.add(job.name, Work(net.key, net.train, g, "train", step="train"))
+
+
+def _run(job: Job) -> str:
+    """The run a per-run job works on (its ``run`` wildcard)."""
+    return job.wildcards["run"]
+
+
+def _prepare_data(c: _Counter, cost: RuleCost, job: Job) -> None:
+    cost.disk_bytes += c.plan.split_size(job.wildcards["split"]) * c.img_bytes
+
+
+def _train(c: _Counter, cost: RuleCost, job: Job) -> None:
+    rid = _run(job)
+    cfg, net = c.cfg(rid), c.net(rid)
+    images = trained_images(cfg)
+    cost.images_trained += images
+    cost.evaluations += images
+    precision = None if cfg.train.precision == "auto" else cfg.train.precision
+    cost.add(job.name, Work(net.key, net.train, images, "train", precision, step="train",
+                            steps=images // cfg.train.batch_size))
+    cost.disk_bytes += net.params * 4 * (2 + 4 + snapshot_count(cfg))
+
+
+def _train_features(c: _Counter, cost: RuleCost, job: Job) -> None:
+    extractor = c.plan.evaluation["extractor"]
+    net = FEATURE_NETS[extractor]
+    n_train = net.epochs * c.plan.split_size(c.plan.study["data"]["train_split"])
+    cost.notes.append(f"{extractor}: {net.epochs} epochs of the train split, on a CPU")
+    cost.add(job.name, Work(extractor, extractor_flops(extractor, train=True), n_train, "train", "fp32",
+                            step="features"))
+
+
+def _reference_stats(c: _Counter, cost: RuleCost, job: Job) -> None:
+    ev = c.plan.evaluation
+    n_ref = c.plan.split_size(c.plan.study["data"]["train_split"])
+    n_ref = min(n_ref, ev["reference_max_images"] or n_ref)
+    c.features(cost, job.name, n_ref, c.tools())
+    dim = FEATURE_DIMS.get(ev["extractor"], 2048)
+    cost.disk_bytes += c.tools() * (dim * dim * 8 + n_ref * dim * 4)
+
+
+def _floor(c: _Counter, cost: RuleCost, job: Job) -> None:
+    test_split = c.plan.study["data"].get("test_split") or "test"
+    cost.notes.append("200 bootstrap Fréchet distances per tool (CPU)")
+    c.features(cost, job.name, min(c.plan.split_size(test_split), fid_sample_count(c.plan.evaluation)), c.tools())
+
+
+def _sample_score(c: _Counter, cost: RuleCost, job: Job) -> None:
+    rid, n = _run(job), fid_sample_count(c.plan.evaluation)
+    c.sampling(cost, job.name, rid, n, keep=True)
+    c.features(cost, job.name, n, c.tools(rid))
+
+
+def _evaluate_progress(c: _Counter, cost: RuleCost, job: Job) -> None:
+    rid, n = _run(job), fid_sample_count(c.plan.evaluation, progress=True)
+    points = snapshot_count(c.cfg(rid))
+    c.sampling(cost, job.name, rid, points * n, keep=False)
+    c.features(cost, job.name, points * n, c.tools(rid))
+
+
+def _profile_losses(c: _Counter, cost: RuleCost, job: Job) -> None:
+    c.profile(cost, job, _run(job))
+
+
+def _profile_predictions(c: _Counter, cost: RuleCost, job: Job) -> None:
+    for rid in job.runs:  # one model per prediction type, as the job reads them
+        c.profile(cost, job, rid)
+
+
+def _contribution(c: _Counter, cost: RuleCost, job: Job) -> None:
+    labels = list(contribution_ranges(c.plan.study))
+    n = contribution_sample_count(c.plan.study)
+    evals = c.plan.contribution_evaluations()
+    # the reference it samples (a pretrained one is read from its own folder, not results/: no run path)
+    rid = job.runs[0] if job.runs else "reference"
+    net = c.net(rid)
+    cost.images_sampled += n * len(labels)
+    cost.evaluations += n * evals
+    cost.add(job.name, Work(net.key, net.forward, n * evals, "forward", step="sample"))
+    cost.disk_bytes += n * len(labels) * c.img_bytes
+    c.features(cost, job.name, 2 * n * len(labels), c.tools(rid))  # scoring and the bootstrap's features
+    cost.notes.append(f"{len(labels)} arms forked from one {len(c.plan.contribution_chain())}-step chain: "
+                      f"{evals} network evaluations per sample")
+
+
+def _consistency(c: _Counter, cost: RuleCost, job: Job) -> None:
+    extractor = c.plan.evaluation["extractor"]
+    cost.notes.append("distances between stored samples (CPU)")
+    n_pairs = math.comb(len(job.runs), 2)
+    if n_pairs and extractor == "digits-cnn":
+        cost.add(job.name, Work(extractor, extractor_flops(extractor),
+                                n_pairs * 2 * fid_sample_count(c.plan.evaluation), "forward", "fp32", step="features"))
+
+
+#: rule -> (its cost model per job, whether it asks for a GPU on a cuda study: train_resources /
+#: gpu_resources in common.smk). A rule not here counts its jobs only (bookkeeping, reports).
+KINDS: dict[str, tuple[Callable[[_Counter, RuleCost, Job], None] | None, bool]] = {
+    "prepare_data": (_prepare_data, False),
+    "train": (_train, True),
+    "train_features": (_train_features, False),
+    "reference_stats": (_reference_stats, True),
+    "floor": (_floor, True),
+    "sample_score": (_sample_score, True),
+    "evaluate_progress": (_evaluate_progress, True),
+    "profile_losses": (_profile_losses, True),
+    "profile_predictions": (_profile_predictions, True),
+    "contribution": (_contribution, True),
+    "consistency": (_consistency, False),
+}
 
 
 def rule_costs(plan: Plan) -> list[RuleCost]:
-    """One :class:`RuleCost` per rule of the study's default target, in workflow order, each
-    job named as its benchmark file is (``workflow/rules/*.smk``: the run id, the t-range label,
-    the report name, or the rule's own name for a one-job rule)."""
+    """One :class:`RuleCost` per rule of the study's DAG (Snakemake's order), each job named as
+    its benchmark file is (``results/<study>/benchmarks/<rule>/<job>.tsv``; the rule's own name
+    for a job without one, such as ``all``)."""
     c = _Counter(plan)
-    out: list[RuleCost] = _data_rules(c)
-    train = _train_rule(c)
-    out.append(train)
-    out += _feature_rules(c)
-    out += _scoring_rules(c)
-    out += _profile_rules(c)
-    out += _contribution_rules(c)
-    out += _consistency_rules(c)
-    out += [_rule("verdicts", ["verdicts"], False), _rule("report", plan.reports(), False),
-            _rule("estimate", ["estimate"], False), _rule("index", ["index"], False),
-            RuleCost("all", 1, False)]  # the default target: a job of Snakemake's, no benchmark file
+    out: list[RuleCost] = []
+    for rule in plan.rules():
+        model, gpu = KINDS.get(rule, (None, False))
+        jobs = plan.rule_jobs(rule)
+        cost = RuleCost(rule, len(jobs), gpu, job_work={j.name: [] for j in jobs})
+        for job in jobs:
+            if model is not None:
+                model(c, cost, job)
+        cost.notes = list(dict.fromkeys(cost.notes))
+        out.append(cost)
     if c.notes:
-        train.notes += sorted(c.notes)
-    return out
-
-
-#: the rules with network work ask for a GPU on a cuda study (train_resources / gpu_resources)
-_GPU = True
-
-
-def _data_rules(c: _Counter) -> list[RuleCost]:
-    """``prepare_data`` (one job per split; disk: uint8 images) and ``run_config``."""
-    plan = c.plan
-    splits = plan.prepared_splits()
-    prep = _rule("prepare_data", [Path(prepared_dir(plan.study["data"], s)).name for s in splits], False)
-    prep.disk_bytes = sum(plan.split_size(s) * c.img_bytes for s in splits)
-    return [prep, _rule("run_config", plan.trained_runs(), False)]
-
-
-def _train_rule(c: _Counter) -> RuleCost:
-    """``train``: every trained run's images, optimizer steps and files (module docstring)."""
-    train = _rule("train", c.plan.trained_runs(), _GPU)
-    for rid in c.plan.trained_runs():
-        cfg, net = c.cfg(rid), c.net(rid)
-        images = trained_images(cfg)
-        train.images_trained += images
-        train.evaluations += images
-        precision = None if cfg.train.precision == "auto" else cfg.train.precision
-        train.add(rid, Work(net.key, net.train, images, "train", precision, step="train",
-                            steps=images // cfg.train.batch_size))
-        train.disk_bytes += net.params * 4 * (2 + 4 + snapshot_count(cfg))
-    return train
-
-
-def _feature_rules(c: _Counter) -> list[RuleCost]:
-    """``train_features`` (trained extractors only), ``reference_stats`` and ``floor`` (with a
-    held-out split): images through the FID extractor."""
-    plan, ev, out = c.plan, c.plan.evaluation, []
-    extractor = ev["extractor"]
-    if extractor in FEATURE_NETS and FEATURE_NETS[extractor].trained:  # the rehearsal's stand-in is written, not trained
-        net = FEATURE_NETS[extractor]
-        n_train = net.epochs * plan.split_size(plan.study["data"]["train_split"])
-        feats = _rule("train_features", ["train_features"], False,
-                      notes=[f"{extractor}: {net.epochs} epochs of the train split, on a CPU"])
-        feats.add("train_features", Work(extractor, extractor_flops(extractor, train=True), n_train, "train", "fp32",
-                                         step="features"))
-        out.append(feats)
-    ref = _rule("reference_stats", ["reference_stats"], _GPU)
-    n_ref = plan.split_size(plan.study["data"]["train_split"])
-    n_ref = min(n_ref, ev["reference_max_images"] or n_ref)
-    c.features(ref, "reference_stats", n_ref)
-    dim = FEATURE_DIMS.get(extractor, 2048)
-    ref.disk_bytes = FID_TOOLS * (dim * dim * 8 + n_ref * dim * 4)
-    out.append(ref)
-    test_split = plan.study["data"].get("test_split")
-    if test_split:  # the floor: held-out images through both tools (the bootstrap is CPU linear algebra)
-        floor = RuleCost("floor", 1, _GPU, notes=["200 bootstrap Fréchet distances per tool (CPU)"])
-        c.features(floor, "floor", min(plan.split_size(test_split), fid_sample_count(ev)))
-        out.append(floor)
-    return out
-
-
-def _scoring_rules(c: _Counter) -> list[RuleCost]:
-    """``sample_score`` (final FIDs), ``evaluate_progress`` (FID against images seen), ``collect``."""
-    plan, ev = c.plan, c.plan.evaluation
-    scored = _rule("sample_score", plan.evaluated_runs(), _GPU)  # sampling and scoring in one job
-    n_final, n_progress = fid_sample_count(ev), fid_sample_count(ev, progress=True)
-    for rid in plan.evaluated_runs():
-        c.sampling(scored, rid, rid, n_final, keep=True)
-        c.features(scored, rid, n_final)
-    progress = _rule("evaluate_progress", plan.progress_runs(), _GPU)
-    points = 0
-    for rid in plan.progress_runs():
-        n = snapshot_count(c.cfg(rid))
-        points += n
-        c.sampling(progress, rid, rid, n * n_progress, keep=False)
-        c.features(progress, rid, n * n_progress)
-    if progress.jobs:
-        progress.notes.append(f"{points} snapshots x {n_progress} samples")
-    return [scored, progress, _rule("collect", ["collect"], False)]
-
-
-def _profile_rules(c: _Counter) -> list[RuleCost]:
-    """``profile_losses``, ``optimal_profile`` (when asked), ``slots``, ``interference`` and its control."""
-    plan = c.plan
-    prof = _rule("profile_losses", plan.profiled_runs(), _GPU)
-    for rid in plan.profiled_runs():
-        c.profile(prof, rid, rid, grad=rid == "reference")
-    out = [prof]
-    if plan.optimal_profile():
-        out.append(_rule("optimal_profile", ["optimal_profile"], False,
-                         notes=["closed form: N_train x D per bank image and t (CPU)"]))
-    out.append(_rule("slots", ["slots"], False))
-    if plan.finetune_runs():  # the slot report's input: planned only with fine-tunes (report.smk REPORT_NEEDS)
-        out.append(_rule("interference", ["interference"], False))
-    if plan.finetune_runs() and plan.control_runs():
-        out.append(_rule("interference_control", ["interference_control"], False))
-    return out
-
-
-def _contribution_rules(c: _Counter) -> list[RuleCost]:
-    """``contribution`` (when the study has t-ranges: arms "none" and "final" at least) and ``posterior``."""
-    plan, out = c.plan, []
-    labels = plan.contribution_labels()
-    if labels:  # "none" and "final" at least
-        contrib = _rule("contribution", ["contribution"], _GPU)
-        n_contrib = contribution_sample_count(plan.study)
-        evals = plan.contribution_evaluations()
-        net = c.net("reference")
-        contrib.images_sampled += n_contrib * len(labels)
-        contrib.evaluations += n_contrib * evals
-        contrib.add("contribution", Work(net.key, net.forward, n_contrib * evals, "forward", step="sample"))
-        contrib.disk_bytes += n_contrib * len(labels) * c.img_bytes
-        c.features(contrib, "contribution", 2 * n_contrib * len(labels))  # scoring and the bootstrap's features
-        contrib.notes.append(f"{len(labels)} arms forked from one {len(plan.contribution_chain())}-step chain: "
-                             f"{evals} network evaluations per sample")
-        out.append(contrib)
-    out.append(_rule("posterior", ["posterior"], False))
-    return out
-
-
-def _consistency_rules(c: _Counter) -> list[RuleCost]:
-    """``profile_predictions`` and ``consistency``: every pair of the consistency runs' sample
-    sets: pixel distances, and (digits) both sets' digits-CNN features again per pair
-    (``timestep_lab consistency``)."""
-    plan, extractor, out = c.plan, c.plan.evaluation["extractor"], []
-    if plan.prediction_runs():  # each only with its group (workflow/rules/report.smk REPORT_NEEDS)
-        pred = _rule("profile_predictions", ["profile_predictions"], _GPU)
-        for rid in plan.prediction_runs():
-            c.profile(pred, "profile_predictions", rid, grad=False)
-        out.append(pred)
-    if plan.consistency_runs():
-        cons = _rule("consistency", ["consistency"], False, notes=["distances between stored samples (CPU)"])
-        n_pairs = math.comb(len(plan.consistency_runs()), 2)
-        if n_pairs and extractor == "digits-cnn":
-            cons.add("consistency", Work(extractor, extractor_flops(extractor),
-                                         n_pairs * 2 * fid_sample_count(plan.evaluation), "forward", "fp32", step="features"))
-        out.append(cons)
+        next(r for r in out if r.rule == "train").notes += sorted(c.notes)
     return out
