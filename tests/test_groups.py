@@ -54,6 +54,15 @@ def test_every_group_has_its_notebook_and_every_config_group_a_record():
     assert set(baselines()) == {g.name for g in GROUPS if g.baseline is not None}
 
 
+def test_dvc_repro_depends_on_every_notebook_and_template():
+    """dvc.yaml's one stage reruns when any group's notebook or a page template changes (it missed
+    the flow-matching notebook and the scorecard template before), and names only files that exist."""
+    deps = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["study"]["deps"]
+    wanted = {f"reports/{g.report}.py" for g in GROUPS} | {p.relative_to(ROOT).as_posix() for p in (ROOT / "reports").glob("*.j2")}
+    assert wanted <= set(deps), sorted(wanted - set(deps))
+    assert all((ROOT / d).exists() for d in deps), [d for d in deps if not (ROOT / d).exists()]
+
+
 def test_a_group_without_a_record_is_refused_naming_the_recorded_ones():
     with pytest.raises(ConfigError, match=r"groups\.sampler_comparisons: not a study group; the recorded ones are "
                                           r"sampler_comparison, schedules"):
@@ -68,10 +77,13 @@ def _jobs(dry_run: str) -> dict[str, int]:
 
 def test_a_new_group_by_the_recipe_alone_reaches_every_layer(tmp_path):
     repo = copy_worktree(tmp_path / "repo")
-    # the recipe: a record, a notebook, a study config that runs the group
+    # the recipe: a record, a notebook (listed in dvc.yaml's deps), a study config that runs the group
     with open(repo / "src/timestep_lab/groups/entries.py", "a") as fh:
         fh.write(ENTRY)
     (repo / "reports" / f"{NAME}.py").write_text(NOTEBOOK)
+    dvc = (repo / "dvc.yaml").read_text()
+    (repo / "dvc.yaml").write_text(dvc.replace("      - reports/flow_matching.py\n",
+                                               f"      - reports/flow_matching.py\n      - reports/{NAME}.py\n"))
     cfg = yaml.safe_load((repo / "config/smoke.yaml").read_text())
     cfg["groups"][NAME] = {"grid": {"sampler": ["uniform"], "weighting": ["none", "speed"]}, "seeds": [0, 1]}
     (repo / "config" / "race.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -101,7 +113,8 @@ def test_a_new_group_by_the_recipe_alone_reaches_every_layer(tmp_path):
     # dvc repro reruns when the notebook changes
     deps = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["study"]["deps"]
     assert any(f"reports/{NAME}.py" == d or f"reports/{NAME}.py".startswith(d.rstrip("/") + "/") for d in deps), deps
-    # and the name is written in the record, the notebook and the config only (this test aside)
+    # and the name is written in the record, the notebook, the config and dvc.yaml only (this test aside)
     files = subprocess.run(["grep", "-rl", NAME, "--", "src", "workflow", "reports", "config", "dvc.yaml", "Snakefile",
                             "docs", "README.md", "profiles", "cluster"], cwd=repo, capture_output=True, text=True).stdout.split()
-    assert sorted(files) == sorted(["src/timestep_lab/groups/entries.py", f"reports/{NAME}.py", "config/race.yaml"])
+    assert sorted(files) == sorted(["src/timestep_lab/groups/entries.py", f"reports/{NAME}.py", "config/race.yaml",
+                                    "dvc.yaml"])

@@ -1,8 +1,8 @@
 """The study groups (:class:`~timestep_lab.groups.record.StudyGroup`), in report order.
 
 Adding one (docs/design.md#adding-a-study-group): append its record here, write its notebook
-``reports/<name>.py`` (its parameters cell names the inputs its record declares), and give a study
-config a ``groups.<name>:`` section (the run grid, as any group). The Snakefile plans its runs and
+``reports/<name>.py`` (its parameters cell names the inputs its record declares) and list it in
+``dvc.yaml``'s deps, and give a study config a ``groups.<name>:`` section (the run grid, as any group). The Snakefile plans its runs and
 its report, the index links it, the verdicts compare its arms against ``baseline``, the estimate
 prices its jobs and ``rehearse`` scales its runs like every other group's; its claims (if any) go
 in :mod:`timestep_lab.claims` with ``group="<name>"``.
