@@ -118,3 +118,19 @@ def test_a_new_group_by_the_recipe_alone_reaches_every_layer(tmp_path):
                             "docs", "README.md", "profiles", "cluster"], cwd=repo, capture_output=True, text=True).stdout.split()
     assert sorted(files) == sorted(["src/timestep_lab/groups/entries.py", f"reports/{NAME}.py", "config/race.yaml",
                                     "dvc.yaml"])
+
+
+def test_the_docs_name_the_training_streams_the_code_draws_from():
+    """Pairing by seed rests on separate data, t and noise streams (train/step.py StepGenerators):
+    the design and methods documents say so, with the seeds the code uses."""
+    import inspect
+
+    from timestep_lab.train.step import StepGenerators
+
+    assert StepGenerators.STREAMS == ("data", "t", "noise")
+    assert "for k in (1, 2, 3)" in inspect.getsource(StepGenerators.__init__)
+    design, methods = ((ROOT / "docs" / f).read_text() for f in ("design.md", "methods.md"))
+    assert "one device generator" not in design + methods
+    for stream, k in (("data", 1), ("t", 2), ("noise", 3)):
+        assert f"device generator `{stream}`, `manual_seed(train.seed + {k})`" in design
+    assert "three device generators seeded `train.seed + 1`, `+ 2` and `+ 3`" in methods
