@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from timestep_lab.artifacts.io import save_npz
 from timestep_lab.workflow.runs import arm_id
 
 #: the synthetic study's own column values (workflow.runs.base_columns): batch 64, width 16, 12 kimg
@@ -256,7 +257,7 @@ def make_results(root: Path) -> Synthetic:
         files[name] = str(res / "runs" / name / "samples.npz")
         np.savez(files[name], images=imgs, seeds=np.arange(40))
     controls = {"gaussian": np.clip(common + rng.normal(0, 40, common.shape), 0, 255).astype(np.uint8)}
-    np.savez(res / "analyses" / "consistency_controls.npz", seeds=np.arange(40), **controls)
+    save_npz(res / "analyses" / "consistency_controls.npz", {"seeds": np.arange(40), **controls})
     names = list(sets)
     pairs = [{"a": a, "b": b, **paired_distance(sets[a], sets[b])} for i, a in enumerate(names) for b in names[i + 1:]]
     test = consistency_test(sets, controls, permutations=19)
@@ -276,6 +277,6 @@ def make_results(root: Path) -> Synthetic:
         "interference": str(a / "interference.json"), "interference_control": str(a / "interference_control.json"),
         "profiles": ",".join(batch_profiles), "contribution": str(a / "contribution.json"),
         "posterior": str(a / "posterior.json"), "prediction_profile": str(a / "prediction_types.json"),
-        "consistency": str(a / "consistency.json"), "run_configs": "",
+        "consistency": str(a / "consistency.json"), "controls": str(a / "consistency_controls.npz"), "run_configs": "",
     }
     return syn

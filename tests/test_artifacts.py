@@ -209,3 +209,24 @@ def test_json_writers_refuse_non_finite_numbers(tmp_path):
     with pytest.raises(ArtifactError, match="the value"):
         atomic_write_json(tmp_path / "p.json", float("-inf"))
     assert not (tmp_path / "p.json").exists()
+
+
+def test_load_npz_returns_what_save_npz_wrote_and_refuses_a_changed_or_unchecked_file(tmp_path):
+    """consistency_controls.npz (the consistency report's controls) is written with each array's
+    sha256 and read back checked: a changed member or a plain np.savez file is one ArtifactError."""
+    from timestep_lab.artifacts.io import load_npz
+
+    arrays = {"seeds": np.arange(5), "gaussian": np.arange(20, dtype=np.uint8).reshape(5, 4)}
+    path = tmp_path / "controls.npz"
+    save_npz(path, arrays)
+    back = load_npz(path)
+    assert set(back) == set(arrays) and all(np.array_equal(back[k], v) for k, v in arrays.items())
+    with np.load(path) as z:
+        members = {k: z[k] for k in z.files}
+    members["gaussian"] = members["gaussian"] + 1
+    np.savez(tmp_path / "changed.npz", **members)
+    with pytest.raises(ArtifactError, match="gaussian"):
+        load_npz(tmp_path / "changed.npz")
+    np.savez(tmp_path / "plain.npz", **arrays)
+    with pytest.raises(ArtifactError, match="carries no checksums"):
+        load_npz(tmp_path / "plain.npz")

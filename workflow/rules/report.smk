@@ -23,7 +23,9 @@ REPORT_INPUT_KINDS = {
     "group_profiles": lambda name: {"profiles": expand(f"{RES}/analyses/profiles/{{run}}.json", run=group_runs(name))},
     "group_run_configs": lambda name: {"run_configs": expand(f"{RES}/runs/{{run}}/run.yaml", run=group_runs(name))},
     "prediction_profile": lambda name: {"profile": f"{RES}/analyses/prediction_types.json"},
-    "consistency": lambda name: {"consistency": f"{RES}/analyses/consistency.json"},
+    "consistency": lambda name: {"consistency": f"{RES}/analyses/consistency.json",
+                                 **({"controls": f"{RES}/analyses/consistency_controls.npz"}
+                                    if AN.get("consistency", {}).get("controls") else {})},
     "contribution": lambda name: {"contribution": f"{RES}/analyses/contribution.json",
                                   "posterior": f"{RES}/analyses/posterior.json"},
 }

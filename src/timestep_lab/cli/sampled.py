@@ -91,14 +91,10 @@ def cmd_consistency(args: argparse.Namespace) -> int:
         if args.control_model is None:
             raise ConfigError("--control-data needs --control-model (whose diffusion process the controls sample)")
         controls = _control_samples(args.control_data, args.control_model, first_meta, first)
-        if args.controls_out is not None:
-            import numpy as np
+        if args.controls_out is not None:  # with each array's sha256: the report checks what it shows
+            from timestep_lab.artifacts.io import save_npz
 
-            from timestep_lab.artifacts.io import atomic_path
-
-            with atomic_path(args.controls_out, suffix=".npz") as tmp:
-                with open(tmp, "wb") as fh:
-                    np.savez(fh, seeds=first, **controls)
+            save_npz(args.controls_out, {"seeds": first, **controls})
     test = consistency_test({k: v[0] for k, v in sets.items()}, controls, features=features,
                             permutations=args.permutations)
     atomic_write_json(args.out, json_safe({

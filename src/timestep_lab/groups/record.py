@@ -30,7 +30,7 @@ __all__ = ["StudyGroup", "REPORT_INPUT_KINDS", "NEEDS"]
 #:   ``group_profiles``       profiles: the per-t loss profile of every run of the group
 #:   ``group_run_configs``    run_configs: every run's run.yaml of the group
 #:   ``prediction_profile``   profile: the prediction-types analysis
-#:   ``consistency``          consistency: the consistency analysis
+#:   ``consistency``          consistency: the consistency analysis (+ controls: its closed-form controls' samples)
 #:   ``contribution``         contribution, posterior: the timestep-contribution analysis
 REPORT_INPUT_KINDS = ("tables", "verdicts", "summary", "reference_profile", "slots", "optimal", "interference",
                       "interference_control", "group_profiles", "group_run_configs", "prediction_profile", "consistency", "contribution")
