@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from timestep_lab.config import EvalConfig
     from timestep_lab.data import PreparedData, prepare
-    from timestep_lab.metrics.features import train_feature_net
     from timestep_lab.metrics import compute_reference, evaluate_samples, load_feature_extractor
+    from timestep_lab.metrics.features import train_feature_net
 
     work = Path(tempfile.mkdtemp(prefix="fid-bench-"))
     data = args.data or prepare("digits", None, work / "digits-train", split="train")

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Timer, base_parser, machine, median, synthetic_prepared, sync, write_json  # noqa: E402
+from common import Timer, base_parser, machine, median, sync, synthetic_prepared, write_json  # noqa: E402
 
 from timestep_lab.components import build_model  # noqa: E402
 from timestep_lab.config import RunConfig, load_config  # noqa: E402

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Timer, base_parser, machine, median, synthetic_prepared, sync, write_json  # noqa: E402
+from common import Timer, base_parser, machine, median, sync, synthetic_prepared, write_json  # noqa: E402
 from train_step import MODELS, ReferenceLoop, flops_per_step, our_config, peak_bf16_flops  # noqa: E402
 
 from timestep_lab.data import PreparedData  # noqa: E402

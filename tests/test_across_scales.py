@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from test_cost import _bench
 from test_verdicts import _study
+
 from timestep_lab.cli import main
+from timestep_lab.evidence.scaling import effective_verdict, trend
 from timestep_lab.reporting import network_references, render_index
 from timestep_lab.reporting.study_scale import VERDICTS_FORMAT, count_parameters, read_study
-from timestep_lab.evidence.scaling import effective_verdict, trend
 from timestep_lab.workflow.collect import VERDICTS_FORMAT as WRITTEN_FORMAT
 from timestep_lab.workflow.collect import write_verdicts
 
@@ -45,7 +45,8 @@ def _make(root: Path, name: str) -> Path:
         ctl.write_text(json.dumps({"off_diagonal": interference}))
     write_verdicts(str(res / "metrics.csv"), str(res / "verdicts.json"), study=name,
                    interference=str(ctl) if ctl else None)
-    (res / "summary.json").write_text(json.dumps({"runs": len(metrics), "failed_runs": [], "fid_label": label, "fid_tool": "torch-fidelity", "protocol": {
+    (res / "summary.json").write_text(json.dumps({"runs": len(metrics), "failed_runs": [], "fid_label": label,
+                                                  "fid_tool": "torch-fidelity", "protocol": {
         "tool": "torch-fidelity", "tool_version": "0.4.0", "num_generated": 500, "num_reference": 1000,
         "method": "ddim", "steps": 20, "ema": True}}))
     runs = metrics[["run", "arm"]].drop_duplicates()
@@ -164,6 +165,7 @@ def test_the_scales_and_their_cost(page, studies):
     assert large["images seen by each compared run"] == "24 kimg" and large["batch size"] == "32"
     # the parameter count is the network's, counted on the meta device
     from conftest import tiny_config
+
     from timestep_lab.components import build_model
 
     net = build_model(tiny_config("x", model=MODEL), 32, 1)

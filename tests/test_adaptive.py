@@ -10,17 +10,16 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
 from scipy.special import betainc
 from sklearn.feature_selection import SelectKBest, f_regression
+from test_samplers import gof_pvalue, run_ranks
 
-from timestep_lab.config import dump_config
 from timestep_lab.artifacts.io import load_torch
+from timestep_lab.config import dump_config
 from timestep_lab.timesteps import make_sampler
 from timestep_lab.timesteps.adaptive import beta_entropy, beta_log_prob, sample_beta_logit
 from timestep_lab.train import train
-
-from conftest import tiny_config
-from test_samplers import gof_pvalue, run_ranks
 
 T = 1000
 

@@ -86,6 +86,7 @@ def test_the_schema_offers_exactly_the_levels_and_the_workflow_pins_the_studys()
 
 def _train(tmp_path: Path, digits_dir: Path, name: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     from conftest import tiny_config
+
     from timestep_lab.config import dump_config
 
     dump_config(tiny_config(digits_dir, train={"total_kimg": 0.4, "log_every_kimg": 0.2}), tmp_path / "run.yaml")
@@ -171,9 +172,8 @@ class _CpuSqrtCalls:
     (timestep_lab/processes/exact.py), so no numeric path may take one."""
 
     def __init__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
         import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
 
         aten = torch.ops.aten
         ops = {aten.sqrt.default, aten.sqrt.out, aten.sqrt_.default, aten._foreach_sqrt.default,
@@ -209,9 +209,10 @@ def test_training_sampling_and_scoring_take_no_cpu_sqrt_of_torchs(digits_dir, di
     """Train (Adam included), sample and score a tiny run, and (once) train the digits CNN, with
     every path's square roots watched: none may be torch's CPU sqrt, which would make the numbers
     depend on the CPU vendor."""
+    from conftest import tiny_config
+
     from timestep_lab.cli import main
     from timestep_lab.config import dump_config
-    from conftest import tiny_config
 
     cfg = tiny_config(digits_dir, train={"total_kimg": 0.128, "log_every_kimg": 0.064, "checkpoint_every_kimg": 0.064,
                                          "snapshot_every_kimg": 0.064}, **sections)
@@ -233,6 +234,7 @@ def test_a_training_state_of_another_level_is_not_resumed(digits_dir):
     """The level is in no file the training reads, yet its state's numbers depend on it: a state
     computed at another level is set aside, never resumed (a switched study retrains)."""
     from conftest import tiny_config
+
     from timestep_lab.config import config_to_dict
     from timestep_lab.train.files import _not_this_run, run_inputs
 

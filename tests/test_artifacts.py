@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from timestep_lab.cli import main
 from timestep_lab.artifacts.io import ArtifactError, load_torch, save_npz
+from timestep_lab.cli import main
 
 
 def flip_bit(src: Path, dst: Path, member: str) -> str:

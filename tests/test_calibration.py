@@ -8,9 +8,9 @@ import copy
 import json
 
 import pytest
-
 from conftest import ROOT
 from test_estimate import TINY, plan_from_dict
+
 from timestep_lab.cost.estimate import rule_costs
 from timestep_lab.cost.estimate.calibration import Store, fit_rule, job_features, observe
 from timestep_lab.cost.estimate.table import estimate, format_table
@@ -151,7 +151,6 @@ def test_the_cli_records_the_study_and_the_next_estimate_of_another_study_uses_t
     import yaml
 
     from timestep_lab.cli import main
-
     from timestep_lab.cost.estimate import study
 
     monkeypatch.chdir(tmp_path)

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from timestep_lab.cli import COMMANDS, main
 from timestep_lab.artifacts.samples_file import save_samples
+from timestep_lab.cli import COMMANDS, main
 
 KINDS = ("empty", "out of range", "garbled", "wrong shape")
 
@@ -85,7 +85,7 @@ def inputs(tiny_artifacts, digits_dir, tmp_path_factory):
 
 def _table(f) -> dict[tuple[str, str], list]:
     """(command, kind) -> argv. Output paths go to a folder that never gets a file."""
-    a, tmp, out = f["a"], f["tmp"], f["tmp"] / "never"
+    a, out = f["a"], f["tmp"] / "never"
     model, cnn, ref, smp = a.run / "model.pt", a.cnn, a.reference, a.samples
     ev = ["--weights", cnn, "--no-progress", "--threads", "1"]
     smp_set = ["--set", "sample.num_samples=4", "--set", "sample.steps=2", "--no-progress"]

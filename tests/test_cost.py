@@ -226,8 +226,9 @@ def test_snakemake_samples_a_benchmarked_job_only_at_its_start(tmp_path):
 def test_a_successful_command_skips_the_teardown_and_its_usage_line_is_the_whole_cost(tmp_path):
     """After its usage line a command leaves without the interpreter's ~1 CPU-s teardown, so the
     line is (nearly) all the job cost: the process's CPU as its parent sees it exceeds it by little."""
-    from timestep_lab.cost.usage import USAGE_LINE
     from worktree import children_cpu_s
+
+    from timestep_lab.cost.usage import USAGE_LINE
 
     before = children_cpu_s()
     r = subprocess.run([sys.executable, "-m", "timestep_lab", "estimate", str(ROOT / "config" / "smoke.yaml"),

@@ -10,7 +10,6 @@ import re
 
 import pytest
 import yaml
-
 from worktree import copy_worktree, run, study_env
 
 pytestmark = pytest.mark.workflow

@@ -8,7 +8,6 @@ Python 2 ``cPickle`` protocol-2 byte streams of the official files (and as a
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import pickle
@@ -21,8 +20,8 @@ import pytest
 import torch
 from PIL import Image
 
-from timestep_lab.data import DataError, IndexStream, Loader, PreparedData, prepare
 from timestep_lab.artifacts.io import sha256_file
+from timestep_lab.data import DataError, IndexStream, Loader, PreparedData, prepare
 from timestep_lab.rehearsal.fake_data import CIFAR10_BATCHES as BATCHES
 from timestep_lab.rehearsal.fake_data import py2_cifar_batch  # the official files' Python 2 byte streams
 

@@ -1,7 +1,6 @@
 import math
 
 import numpy as np
-
 import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
@@ -110,10 +109,10 @@ def test_decoder_likelihood_is_finite_and_exact_far_from_the_mean_in_float32():
     log_scale = torch.tensor([-4.9, -4.9, -4.9, -4.9, 0.5])
     got = discretized_gaussian_log_likelihood(x, mean, log_scale)
     xd, md, sd = x.double().numpy(), mean.double().numpy(), np.exp(log_scale.double().numpy())
-    u, l = (xd - md + 1 / 255) / sd, (xd - md - 1 / 255) / sd
+    up, lo = (xd - md + 1 / 255) / sd, (xd - md - 1 / 255) / sd
     # in the upper tail use survival functions, in the lower the CDFs (both exact in float64)
-    want = np.where(xd > md, log_ndtr(-l) + np.log1p(-np.exp(log_ndtr(-u) - log_ndtr(-l))),
-                    log_ndtr(u) + np.log1p(-np.exp(log_ndtr(l) - log_ndtr(u))))
+    want = np.where(xd > md, log_ndtr(-lo) + np.log1p(-np.exp(log_ndtr(-up) - log_ndtr(-lo))),
+                    log_ndtr(up) + np.log1p(-np.exp(log_ndtr(lo) - log_ndtr(up))))
     assert torch.isfinite(got).all()
     np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-4)
 

@@ -12,12 +12,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 from torch import nn
 
-from conftest import ROOT
 from timestep_lab.config import ConfigError
 from timestep_lab.cost.estimate import (
-    count_flops, estimate, extractor_flops, network_cost, rule_costs, scaled_anchors, to_json,
+    count_flops,
+    estimate,
+    extractor_flops,
+    network_cost,
+    rule_costs,
+    scaled_anchors,
+    to_json,
 )
 from timestep_lab.cost.estimate import plan_from_dict as _plan_from_dict
 
@@ -206,8 +212,9 @@ def test_cpu_estimate_of_every_measured_study_is_within_a_quarter_of_its_measure
     """`estimate --gpu cpu` of smoke, the default study and mnist, fitted to the measured studies
     (measured_studies.json), prices each within 25% of its measured CPU-s of jobs; the work stored
     with each is what today's DAG gives (benchmarks/fit_estimate.py --refresh after changing it)."""
-    from timestep_lab.cost.estimate.calibration import fit, measured_studies, rule_totals
     from study_plans import study_plan
+
+    from timestep_lab.cost.estimate.calibration import fit, measured_studies, rule_totals
     from timestep_lab.cost.estimate.command import MEASURED_STUDIES
 
     studies = measured_studies(MEASURED_STUDIES)
@@ -344,6 +351,7 @@ def test_paper_scale_progress_evaluation_costs_at_most_a_tenth_of_training(name)
     the training compute (FLOPs) by the estimate; the final FIDs keep the papers' protocol. (In
     GPU-hours the share is higher: the published sampling rates are fp32 ones, docs/methods.md §11.1.)"""
     from study_plans import study_plan
+
     from timestep_lab.cost.estimate.table import estimate, to_json
 
     plan = study_plan(name)

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 import pytest
-
 from card_simulation import STUDIES, card_layout, null_cards
+
 from timestep_lab.claims import claim_by_id
 from timestep_lab.evidence.calibration import calibration
 from timestep_lab.evidence.family import family_findings, judge_family

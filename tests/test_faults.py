@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import ROOT, tiny_config
+
 from timestep_lab.artifacts.io import ArtifactError, UnsafeCheckpointError, load_torch, peek_torch, save_torch, sha256_file
 from timestep_lab.generate.sampling import load_samples, save_samples
 from timestep_lab.train import train

@@ -7,20 +7,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 import pytest
 import torch
+from conftest import tiny_config
 
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError
+from timestep_lab.generate.sampling import StackedGenerator, reverse_loop
 from timestep_lab.processes.diffusion import mean_flat
 from timestep_lab.processes.flow import RectifiedFlow, shift_sigma, unshift_sigma
-from timestep_lab.generate.sampling import StackedGenerator, reverse_loop
 from timestep_lab.timesteps import make_sampler
 from timestep_lab.timesteps.sd3 import MODE_SCALE_MAX, cosmap_density, cosmap_map, mode_inverse, mode_map
 from timestep_lab.timesteps.weighting import make_weighting
-
-from conftest import tiny_config
 
 diffusers = pytest.importorskip("diffusers")
 from diffusers.training_utils import compute_density_for_timestep_sampling, compute_loss_weighting_for_sd3  # noqa: E402

@@ -8,15 +8,14 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from worktree import ROOT, copy_worktree, study_env
 
 from timestep_lab.config import ConfigError
 from timestep_lab.groups import GROUPS, REPORT_INPUT_KINDS, baselines, config_groups
 from timestep_lab.workflow import check_group_names
-from worktree import ROOT, copy_worktree, study_env
 
 NAME = "weighting_race"  # spelled nowhere in the repository before the recipe adds it
 ENTRY = f'''

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from conftest import tiny_config
+
 from timestep_lab.train import train
 
 
@@ -158,6 +159,7 @@ def test_one_writer_per_run_folder_through_the_cli(digits_dir, tmp_path):
     import time
 
     from conftest import tiny_config
+
     from timestep_lab.config import dump_config
 
     dump_config(tiny_config(digits_dir, train={"total_kimg": 64.0}), tmp_path / "run.yaml")
@@ -199,9 +201,9 @@ def test_training_bar_ends_at_100_percent_without_a_warning(digits_dir, tmp_path
 def test_evaluate_and_reference_stats_show_a_progress_bar(digits_dir, digits_test_dir, tmp_path, capsys):
     import numpy as np
 
+    from timestep_lab.artifacts.samples_file import save_samples
     from timestep_lab.cli import main
     from timestep_lab.data import PreparedData
-    from timestep_lab.artifacts.samples_file import save_samples
 
     cnn, ref, samples = tmp_path / "cnn.pt", tmp_path / "ref.npz", tmp_path / "samples.npz"
     assert main(["train-features", "--data", str(digits_dir), "--test-data", str(digits_test_dir), "--out", str(cnn),

@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from timestep_lab.artifacts.identity import code_identity, current, describe, source_sha256
 
 
@@ -49,9 +49,8 @@ def test_code_identity_in_and_outside_a_git_checkout(tmp_path):
 
 
 def test_runs_and_metrics_carry_the_code_identity_and_model_pt_does_not(tiny_artifacts, tmp_path, capsys):
-    from timestep_lab.cli import main
     from timestep_lab.artifacts.io import load_torch
-
+    from timestep_lab.cli import main
     from timestep_lab.cli.common import code_identity
 
     a, me = tiny_artifacts, code_identity()  # the package's identity and this process's arithmetic

@@ -24,12 +24,10 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
 from worktree import ROOT, copy_worktree, run, study_env
 
 HOSTILE = ["x' ; touch PWNED ; echo '", "/m$(touch PWNED).pt", 'a"; touch PWNED; echo "b', "`touch PWNED`"]
@@ -320,6 +318,7 @@ def test_every_rule_renders_hostile_paths_as_literal_option_values(tmp_path):
 def test_a_pretrained_model_in_a_folder_with_a_space_works(digits_dir, tmp_path):
     """The real `posterior` job on a checkpoint under "my models/": the path stays one argument."""
     from conftest import tiny_config
+
     from timestep_lab.train import train
 
     model = train(tiny_config(digits_dir, train={"total_kimg": 0.064}), tmp_path / "my models" / "ref",

@@ -8,9 +8,9 @@ import math
 import shutil
 
 import pytest
+from conftest import tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import tiny_config
 from timestep_lab.artifacts.events import add_fid_point, fid_events, p_t_buckets
 from timestep_lab.train import train
 

@@ -12,18 +12,23 @@ import numpy as np
 import pytest
 import torch
 
+from timestep_lab.artifacts.io import load_torch, save_torch, sha256_file
+from timestep_lab.artifacts.samples_file import save_samples
 from timestep_lab.cli import main
 from timestep_lab.config import ConfigError, EvalConfig, config_from_dict
 from timestep_lab.data import PreparedData
-from timestep_lab.metrics.features import load_feature_net, sidecar_path
-from timestep_lab.artifacts.io import load_torch, save_torch, sha256_file
-from timestep_lab.metrics import extractors as metrics  # the module whose weight caches the tests patch
 from timestep_lab.metrics import (
-    CF_INCEPTION_FILE, TF_INCEPTION_FILE, WeightsMissingError, evaluate_samples, frechet_distance, load_reference,
+    CF_INCEPTION_FILE,
+    TF_INCEPTION_FILE,
+    WeightsMissingError,
+    evaluate_samples,
+    frechet_distance,
+    load_reference,
 )
+from timestep_lab.metrics import extractors as metrics  # the module whose weight caches the tests patch
+from timestep_lab.metrics.features import load_feature_net, sidecar_path
 from timestep_lab.metrics.fid import clean_fid_frechet
 from timestep_lab.metrics.floor import _bootstrap
-from timestep_lab.artifacts.samples_file import save_samples
 
 FAST = EvalConfig(kid_subsets=10, kid_subset_size=300)  # KID with fewer subsets: same code path, faster
 
@@ -298,6 +303,7 @@ def test_floor_is_the_held_out_split_scored_like_a_run(digits_ref, digits_cnn, d
 
 def test_evaluate_snapshots_gives_fid_against_images_seen(digits_dir, digits_ref, tmp_path):
     from conftest import tiny_config
+
     from timestep_lab.train import train
 
     cfg = tiny_config(digits_dir, train={"total_kimg": 2.0, "batch_size": 64, "snapshot_every_kimg": 1.0,
@@ -338,6 +344,7 @@ def test_sample_score_equals_sample_then_evaluate(digits_dir, digits_test_dir, d
     import sys
 
     from conftest import ROOT, tiny_config
+
     from timestep_lab.train import train
 
     model = train(tiny_config(digits_dir), tmp_path / "run", progress=False).out_dir / "model.pt"

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
+from timestep_lab.artifacts.io import ArtifactError, sha256_file
 from timestep_lab.cli import main
 from timestep_lab.data import DataError, PreparedData, prepare
 from timestep_lab.data.mnist5k import MNIST5K_SHA256, bundled_mnist5k
 from timestep_lab.data.prepared import data_identity
-from timestep_lab.artifacts.io import ArtifactError, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -244,14 +244,14 @@ def test_registries_schema_and_config_name_the_same_data_sets_and_extractors():
     """The torch-free name lists (config, workflow schema) and the registries agree, and
     config/mnist.yaml plans (every run checked) with the data set's known split sizes."""
     import yaml
+    from study_plans import study_plan
 
     from timestep_lab.config.schema import FEATURE_EXTRACTORS, TRAINED_FEATURE_EXTRACTORS
-    from timestep_lab.data import DATASETS
     from timestep_lab.cost.estimate.study import DATASETS as SIZES
-    from study_plans import study_plan
+    from timestep_lab.data import DATASETS
+    from timestep_lab.metrics import EXTRACTORS, LABELS
     from timestep_lab.metrics.features import FEATURE_NETS
     from timestep_lab.workflow import contribution_ranges, study_runs
-    from timestep_lab.metrics import EXTRACTORS, LABELS
 
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())["properties"]
     assert set(schema["data"]["properties"]["dataset"]["enum"]) == set(DATASETS) == set(SIZES)

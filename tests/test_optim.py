@@ -6,13 +6,12 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError
 from timestep_lab.optim import OPTIM_SCHEDULES, make_schedule
 from timestep_lab.train import train
-
-from conftest import tiny_config
 
 
 def schedule(name="momentum_decay", lr=1e-3, beta1=0.9, warmup_kimg=0.0, **params):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-
 from conftest import tiny_config
+
 from timestep_lab.train.step import StepGenerators, build_train_step
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from worktree import children_cpu_s, copy_worktree, study_env
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]

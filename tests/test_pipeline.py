@@ -17,12 +17,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from golden.record_smoke_metrics import fingerprint, metric_values
+from worktree import ROOT, children_cpu_s, copy_worktree, run, study_env
 
 from timestep_lab.artifacts.io import load_torch
 from timestep_lab.cost.usage import USAGE_LINE
-from golden.record_smoke_metrics import fingerprint, metric_values
 from timestep_lab.reporting import network_references
-from worktree import ROOT, children_cpu_s, copy_worktree, run, study_env
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from timestep_lab.artifacts.io import ArtifactError, UnsafeCheckpointError
 from timestep_lab.checkpoints import (
     GUIDED_DIFFUSION_256_UNCOND,
     build_guided_diffusion_unet,
@@ -16,7 +17,6 @@ from timestep_lab.checkpoints import (
     load_pretrained,
 )
 from timestep_lab.config import config_to_dict
-from timestep_lab.artifacts.io import ArtifactError, UnsafeCheckpointError
 from timestep_lab.models.unet import UNet
 from timestep_lab.processes.schedules import get_schedule
 
@@ -253,10 +253,10 @@ def test_load_guided_diffusion_refuses_code_pickles(tmp_path):
 
 
 def test_load_our_own_model_file(tmp_path):
+    from timestep_lab.artifacts.io import save_torch
     from timestep_lab.checkpoints import MODEL_FORMAT
     from timestep_lab.components import build_model
     from timestep_lab.config import config_from_dict, config_to_dict
-    from timestep_lab.artifacts.io import save_torch
 
     cfg = config_from_dict({"model": {"channels": 8, "channel_mult": [1, 2], "num_res_blocks": 1, "norm_groups": 4},
                             "diffusion": {"num_timesteps": 100, "prediction": "v"}}, "test")
@@ -376,6 +376,7 @@ def test_write_run_config_for_a_diffusers_init_takes_model_and_process_from_the_
     import shutil
 
     from conftest import tiny_config
+
     from timestep_lab.checkpoints import load_for_inference
     from timestep_lab.components import build_diffusion
     from timestep_lab.config import load_config
@@ -409,8 +410,8 @@ def test_finetune_init_from_diffusers_folder_trains_and_reloads(diffusers_digits
     import sys
 
     import numpy as np
-
     from conftest import tiny_config
+
     from timestep_lab.checkpoints import load_for_inference, load_model
     from timestep_lab.config import load_config
     from timestep_lab.generate.sampling import load_samples
@@ -461,6 +462,7 @@ def test_finetune_init_from_diffusers_folder_trains_and_reloads(diffusers_digits
 
 def test_init_from_diffusers_folder_into_our_unet_names_the_fix(diffusers_digits_folder, digits_dir, tmp_path):
     from conftest import tiny_config
+
     from timestep_lab.train import train
 
     folder, _ = diffusers_digits_folder

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import tiny_config
+
 from timestep_lab.cli import main
 
 
@@ -281,10 +281,10 @@ def test_reserved_run_ids_and_what_the_analyses_need_are_refused_at_dag_build():
     import copy
 
     import yaml
+    from worktree import ROOT
 
     from timestep_lab import workflow as W
     from timestep_lab.config import ConfigError
-    from worktree import ROOT
 
     smoke = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
     W.check_analysis_needs(smoke, W.study_runs(smoke))
@@ -307,7 +307,6 @@ def test_a_study_without_a_groups_plans_none_of_its_analyses(tmp_path):
     import re
 
     import yaml
-
     from worktree import ROOT, copy_worktree, run, study_env
 
     study = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
@@ -363,11 +362,11 @@ def test_degenerate_values_are_refused_with_the_allowed_range(tiny_artifacts, di
     import copy
 
     import yaml
+    from worktree import ROOT
 
     from timestep_lab import workflow as W
     from timestep_lab.artifacts.samples_file import save_samples
     from timestep_lab.config import ConfigError
-    from worktree import ROOT
 
     a, out = tiny_artifacts, tmp_path / "never"
     two = tmp_path / "two.npz"
@@ -454,12 +453,13 @@ def test_operations_refuse_paths_that_would_write_where_they_must_not(tmp_path):
     pattern."""
     import re
 
+    from worktree import ROOT
+
     from timestep_lab import workflow as W
     from timestep_lab.config import ConfigError
     from timestep_lab.data import DataError, prepare
     from timestep_lab.rehearsal.command import _check_dir
     from timestep_lab.workflow.snakefile import PATH_PATTERN
-    from worktree import ROOT
 
     for bad in ("/tmp/elsewhere", "../outside", "."):
         with pytest.raises(ConfigError, match=rf"--dir {re.escape(bad)}: must be a folder under the project root"):
@@ -488,7 +488,6 @@ def test_dvc_keeps_the_tracked_metrics_when_a_repro_fails():
     dvc/<study>/metrics.json before running the stage, and a failed `dvc repro` left none."""
     import yaml
     from dvc.schema import COMPILED_MULTI_STAGE_SCHEMA
-
     from worktree import ROOT
 
     dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())

@@ -16,15 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from study_plans import study_plan
+from worktree import ROOT
 
+from timestep_lab.processes.solvers import respaced_timesteps
 from timestep_lab.rehearsal.needs import real_run_needs
 from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.rehearsal.scale import SIZES, rehearsal_study
-from timestep_lab.processes.solvers import respaced_timesteps
 from timestep_lab.studies.contribution import contribution_arms
 from timestep_lab.workflow import study_runs
-from study_plans import study_plan
-from worktree import ROOT
 
 PAPER_CONFIGS = ("cifar10", "celebahq", "imagenet")
 

@@ -53,9 +53,9 @@ def _text(obj) -> str:
 def run_report(name: str, params: dict[str, str], monkeypatch) -> tuple[str, int]:
     """Executes reports/<name>.py cell by cell; returns everything it displayed, as text, and how
     many figures it showed."""
+    import IPython.display
     import jupytext
     import matplotlib.pyplot as plt
-    import IPython.display
 
     import timestep_lab.reporting.notebook as nbmod
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from worktree import copy_worktree, run, study_env
 
 pytestmark = pytest.mark.workflow

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
 from scipy.stats import chisquare
 
 from timestep_lab.components import check_config
@@ -24,8 +25,6 @@ from timestep_lab.timesteps import SAMPLERS, make_sampler
 from timestep_lab.timesteps.slots import PAPER_SLOTS, default_slots
 from timestep_lab.timesteps.speed import dual_offset
 from timestep_lab.train import train
-
-from conftest import tiny_config
 
 T = 1000
 AB = get_schedule("linear", T)

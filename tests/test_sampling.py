@@ -2,13 +2,13 @@ import numpy as np
 import pytest
 import torch
 
-from timestep_lab.processes.diffusion import GaussianDiffusion
-from timestep_lab.models.unet import UNet
-from timestep_lab.processes.predictions import make_prediction
+from timestep_lab.artifacts.io import ArtifactError
 from timestep_lab.artifacts.samples_file import load_samples, save_samples
 from timestep_lab.generate.sampling import Denoiser, StackedGenerator, respaced_timesteps, reverse_loop, sample_images, save_grid
+from timestep_lab.models.unet import UNet
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.processes.predictions import make_prediction
 from timestep_lab.processes.schedules import get_schedule
-from timestep_lab.artifacts.io import ArtifactError
 
 D = GaussianDiffusion(get_schedule("linear", 1000))
 

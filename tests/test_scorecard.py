@@ -10,11 +10,11 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-
 from test_verdicts import _study
+
+from timestep_lab.evidence.verdicts import CLAIMS
 from timestep_lab.reporting import render_index
 from timestep_lab.reporting.scorecard import COLUMNS, scorecard_rows
-from timestep_lab.evidence.verdicts import CLAIMS
 from timestep_lab.workflow.collect import write_verdicts
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 import pytest
-
 from card_simulation import NOISE, STUDIES, card_layout
+
 from timestep_lab.claims import claim_by_id
 from timestep_lab.evidence.calibration import calibration
 from timestep_lab.evidence.size import band, size_of, size_verdict

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from conftest import CLUSTER_REHEARSAL, copy_worktree, slurm_args, study_env
 from test_paper_rehearsals import check_rehearsal
 

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import copy_worktree, slurm_args, study_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]

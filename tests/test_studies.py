@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.artifacts.io import ArtifactError
 from timestep_lab.models.unet import UNet
+from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import make_prediction
 from timestep_lab.processes.schedules import get_schedule
 from timestep_lab.studies import (
@@ -107,7 +107,8 @@ def test_equal_loss_slots_rejects_bad_input(loss, n, match):
 
 
 def test_paper_slots_and_scaling():
-    from timestep_lab.timesteps.slots import PAPER_SLOTS as SAMPLER_SLOTS, default_slots
+    from timestep_lab.timesteps.slots import PAPER_SLOTS as SAMPLER_SLOTS
+    from timestep_lab.timesteps.slots import default_slots
 
     assert [tuple(s) for s in PAPER_SLOTS] == [tuple(s) for s in SAMPLER_SLOTS]
     _cover_ok(list(PAPER_SLOTS), 1000)
@@ -157,8 +158,8 @@ def test_interference_against_the_uniform_control_through_the_cli(tmp_path, caps
     """Seeds 0..2; the control scales every slot by 1 + c_s; fine-tuning slot 1 scales slot 1 by
     (1 + c_s) exp(-0.2) and slot 2 by (1 + c_s) exp(0.5 + e_s): the log-ratio against the control
     is 0.5 + e_s per seed off the diagonal and -0.2 on it."""
-    from timestep_lab.cli import main
     from timestep_lab.artifacts.io import read_json
+    from timestep_lab.cli import main
     from timestep_lab.studies.profile import PROFILE_FORMAT
 
     T, slots = 100, [(0, 49), (50, 99)]
@@ -454,9 +455,8 @@ def test_branched_contribution_samples_equal_one_chain_per_arm(diffusion, images
     """Every arm forked from the shared chain is byte for byte the sample of its own chain with the
     same range replaced; the final-step control returns the held-out images themselves."""
     from timestep_lab.data import to_uint8
-    from timestep_lab.generate.sampling import GroundTruth, StackedGenerator, reverse_loop, respaced_timesteps
+    from timestep_lab.generate.sampling import GroundTruth, StackedGenerator, respaced_timesteps, reverse_loop
     from timestep_lab.studies.contribution import branched_samples, contribution_arms, heldout_distance, heldout_float
-
     from timestep_lab.studies.optimal import GaussianDenoiser
 
     den = GaussianDenoiser(images[6:], diffusion)  # a cheap stand-in for a network

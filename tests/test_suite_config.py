@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from worktree import ROOT
 from xdist_groups import GROUP_ORDER, SMOKE_GROUP, STUDY_GROUP, once_per_run, study_group, uses_study_fixtures
 

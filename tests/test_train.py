@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from timestep_lab.config import config_to_dict, dump_config, load_config
-from timestep_lab.artifacts.io import load_torch
-from timestep_lab.train import NonFiniteLossError, train
-
 from conftest import tiny_config
+
+from timestep_lab.artifacts.io import load_torch
+from timestep_lab.config import dump_config, load_config
+from timestep_lab.train import NonFiniteLossError, train
 
 
 def read_log(path):

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import tiny_config
+
 from timestep_lab.config import dump_config
 from timestep_lab.warmstart import SOCKET_ENV
 from timestep_lab.warmstart.launch import ENTRY, WarmStart, group_job_size, supported
@@ -97,7 +97,7 @@ def test_a_forked_job_sees_what_a_fresh_process_sees(probe_server, tmp_path, thr
     assert seen == expected
     assert json.loads(warm.stdout)["threads"] == (int(threads) if threads else json.loads(fresh.stdout)["threads"])
     assert warm.stderr == fresh.stderr == "to stderr\n"
-    assert f"exit 0 after" in probe_server.log.read_text()  # it really ran in the server
+    assert "exit 0 after" in probe_server.log.read_text()  # it really ran in the server
 
 
 def test_exit_status_and_failures_come_back_as_from_a_fresh_process(probe_server):
@@ -218,7 +218,8 @@ def test_the_server_stops_forking_once_a_file_of_the_package_changes(tmp_path):
         job = lambda: subprocess.run([sys.executable, "-m", "timestep_lab", "exit", "0"], capture_output=True,  # noqa: E731
                                      text=True, env={**env, SOCKET_ENV: server.socket}, timeout=120)
         assert job().returncode == 0  # forked: the probe entry knows "exit"
-        (pkg / "timestep_lab" / "evidence" / "stats.py").write_text((pkg / "timestep_lab" / "evidence" / "stats.py").read_text() + "# edited\n")
+        stats_py = pkg / "timestep_lab" / "evidence" / "stats.py"
+        stats_py.write_text(stats_py.read_text() + "# edited\n")
         fresh = job()  # fresh: the real CLI has no command "exit"
         assert fresh.returncode == 2 and "invalid choice: 'exit'" in fresh.stderr, fresh.stderr
         assert job().returncode == 2  # and stays so
@@ -292,8 +293,9 @@ def test_the_cli_trains_the_same_bytes_warm_and_fresh(digits_dir, tmp_path):
         assert server.stop() == 0
     assert runs["warm"].stderr.rstrip().endswith("start=warm") and not runs["fresh"].stderr.rstrip().endswith("warm")
     assert (tmp_path / "warm" / "model.pt").read_bytes() == (tmp_path / "fresh" / "model.pt").read_bytes()
-    log = lambda name: [{k: v for k, v in json.loads(line).items() if "time" not in k and not k.startswith("sec")}
-                        for line in (tmp_path / name / "train_log.jsonl").read_text().splitlines()]
+    def log(name):
+        return [{k: v for k, v in json.loads(line).items() if "time" not in k and not k.startswith("sec")}
+                for line in (tmp_path / name / "train_log.jsonl").read_text().splitlines()]
     assert log("warm") == log("fresh")
 
 

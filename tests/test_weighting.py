@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
 
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError
 from timestep_lab.processes.diffusion import GaussianDiffusion, mean_flat
 from timestep_lab.processes.schedules import get_schedule
 from timestep_lab.timesteps.weighting import WEIGHTINGS, finite_difference, make_weighting
-
-from conftest import tiny_config
 
 T = 1000
 AB = get_schedule("linear", T).double()

@@ -44,7 +44,8 @@ def main(argv: list[str], start: str | None = None) -> int:
             "socket_env": "TIMESTEP_LAB_WARM_SOCKET" in os.environ, "tmp": tempfile.gettempdir(),
             "threads": torch.get_num_threads(),
             # each loaded pool's size (the server may have loaded more copies: sklearn's own libgomp)
-            "pools": sorted({(i["internal_api"], i["num_threads"]) for i in threadpool_info()}), "draws": torch.rand(4).tolist(), "stdin": sys.stdin.read(),
+            "pools": sorted({(i["internal_api"], i["num_threads"]) for i in threadpool_info()}),
+            "draws": torch.rand(4).tolist(), "stdin": sys.stdin.read(),
             "signals": _dispositions(),
             "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, ())),
             "path0": sys.path[0] == os.getcwd(),

@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from timestep_lab.config import ConfigError, RunConfig
-from timestep_lab.processes.diffusion import GaussianDiffusion
-from timestep_lab.processes.flow import RectifiedFlow
 from timestep_lab.models import MODELS
 from timestep_lab.optim import OPTIM_SCHEDULES, make_schedule
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.processes.flow import RectifiedFlow
 from timestep_lab.processes.predictions import PREDICTIONS, Prediction
 from timestep_lab.processes.registry import PROCESSES, make_process
 from timestep_lab.processes.schedules import SCHEDULES

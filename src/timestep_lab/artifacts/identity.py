@@ -14,7 +14,8 @@ tells two dirty trees apart. Training logs, ``metrics.json`` and ``fid_progress.
 the collected tables and the study index show it (docs/design.md §6).
 
 Only entry points call :func:`current` (the command line, and a process that forks jobs, before
-it forks, so that a forked job reports the code it really runs); library functions are given the identity as an argument, since library code never
+it forks, so that a forked job reports the code it really runs); library functions are given the identity as an
+argument, since library code never
 reads files it was not given. Stdlib only; once per process.
 """
 

@@ -17,8 +17,8 @@ from typing import Any, Mapping
 
 from torch import nn
 
-from timestep_lab.checkpoints.info import base_info, count_parameters, hash_files
 from timestep_lab.artifacts.io import ArtifactError
+from timestep_lab.checkpoints.info import base_info, count_parameters, hash_files
 from timestep_lab.models.diffusers import (
     DiffusersEps,
     import_diffusers,

@@ -25,9 +25,9 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
+from timestep_lab.artifacts.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.checkpoints.info import base_info, count_parameters
 from timestep_lab.config import ModelConfig
-from timestep_lab.artifacts.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.models.unet import UNet
 
 __all__ = ["GUIDED_DIFFUSION_256_UNCOND", "FirstChannels", "drop_learned_sigma", "guided_diffusion_flags",

@@ -16,8 +16,8 @@ from typing import Any
 
 from torch import nn
 
-from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.artifacts.io import ArtifactError, sha256_file
+from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import Prediction
 
 __all__ = ["LoadedModel", "base_info", "count_parameters", "hash_files", "model_sha256"]

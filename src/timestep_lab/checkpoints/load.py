@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from timestep_lab.artifacts.io import ArtifactError, load_torch
 from timestep_lab.checkpoints.diffusers import load_diffusers
 from timestep_lab.checkpoints.guided_diffusion import (
     guided_diffusion_init_state,
@@ -38,7 +39,6 @@ from timestep_lab.checkpoints.native import (
 )
 from timestep_lab.config import ModelConfig
 from timestep_lab.processes.diffusion import GaussianDiffusion
-from timestep_lab.artifacts.io import ArtifactError, load_torch
 from timestep_lab.processes.predictions import make_prediction
 from timestep_lab.processes.schedules import get_schedule
 

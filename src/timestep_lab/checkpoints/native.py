@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from timestep_lab.artifacts.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.checkpoints.info import LoadedModel, base_info, count_parameters
 from timestep_lab.components import build_diffusion, build_model, build_prediction
 from timestep_lab.config import RunConfig, config_from_dict
-from timestep_lab.artifacts.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.processes.predictions import HEADS, MixedPrediction
 
 __all__ = ["CHECKPOINT_FORMAT", "MODEL_FORMAT", "SNAPSHOT_FORMAT", "check_metadata", "load_model", "load_native",

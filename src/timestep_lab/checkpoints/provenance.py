@@ -22,8 +22,8 @@ from typing import Any, Mapping
 
 from timestep_lab.artifacts.io import ArtifactError, peek_torch
 from timestep_lab.checkpoints.info import model_sha256
-from timestep_lab.config import ConfigError, config_from_dict, config_to_dict
 from timestep_lab.checkpoints.native import SNAPSHOT_FORMAT
+from timestep_lab.config import ConfigError, config_from_dict, config_to_dict
 from timestep_lab.config.identity import NOT_THE_RUN, RESUMABLE_CHANGES, differing
 
 __all__ = ["check_run_model"]

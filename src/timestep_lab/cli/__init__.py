@@ -15,12 +15,12 @@ import argparse
 import logging
 import sys
 
+from timestep_lab.artifacts.io import ArtifactError, check_writable
 from timestep_lab.cli.allocator import keep_freed_memory
 from timestep_lab.cli.common import COMMANDS, OUTPUT_OPTIONS, setup_torch
 from timestep_lab.config import ConfigError
-from timestep_lab.errors import InputError, NonFiniteLossError
-from timestep_lab.artifacts.io import ArtifactError, check_writable
 from timestep_lab.cost.usage import usage_line
+from timestep_lab.errors import InputError, NonFiniteLossError
 
 # Registration order is the order of the commands in --help (pipeline order), so keep it unsorted.
 # isort: off

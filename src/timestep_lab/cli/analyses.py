@@ -12,19 +12,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from timestep_lab.artifacts.io import atomic_write_json
 from timestep_lab.cli.common import (
     at_least,
     checkpoint_args,
     command,
     device,
     log,
-    named_paths as _pairs,
     runtime_args,
     seed_arg,
 )
+from timestep_lab.cli.common import (
+    named_paths as _pairs,
+)
 from timestep_lab.config import ConfigError
 from timestep_lab.errors import InputError
-from timestep_lab.artifacts.io import atomic_write_json
 
 
 def _bank_args(p: argparse.ArgumentParser) -> None:

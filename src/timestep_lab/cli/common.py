@@ -21,6 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Callable
 
+from timestep_lab.artifacts.io import peek_torch
 from timestep_lab.config import (
     ConfigError,
     EvalConfig,
@@ -30,10 +31,10 @@ from timestep_lab.config import (
     load_config,
     load_yaml,
 )
-from timestep_lab.artifacts.io import peek_torch
 
 __all__ = [
-    "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "checkpoint_args", "config_args", "runtime_args", "load_run_config", "eval_config",
+    "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "checkpoint_args", "config_args",
+    "runtime_args", "load_run_config", "eval_config",
     "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
     "arithmetic_in_effect", "run_config_arg", "check_run_models", "seed_arg",
 ]

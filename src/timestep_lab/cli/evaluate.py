@@ -12,6 +12,7 @@ import argparse
 import contextlib
 from pathlib import Path
 
+from timestep_lab.artifacts.io import atomic_write_json
 from timestep_lab.cli.common import (
     at_least,
     check_run_models,
@@ -28,7 +29,6 @@ from timestep_lab.cli.common import (
 )
 from timestep_lab.config import ConfigError
 from timestep_lab.config.schema import MIN_FID_SAMPLES
-from timestep_lab.artifacts.io import atomic_write_json
 
 # ------------------------------------------------------------------------------- evaluate
 

@@ -89,8 +89,8 @@ def _sample_score_args(p: argparse.ArgumentParser) -> None:
 def cmd_sample_score(args: argparse.Namespace) -> int:
     """`sample` then `evaluate` in one process: the same samples.npz, PNG grid and metrics.json
     as the two commands run one after the other. --set takes sample.* and eval.* overrides."""
-    from timestep_lab.metrics import load_reference
     from timestep_lab.generate.scoring import sample_and_score
+    from timestep_lab.metrics import load_reference
 
     cfg = eval_config(args, allowed=("eval", "sample"))  # refuses other sections before any work
     ref = load_reference(args.reference)  # a missing reference fails before the model is read

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.cli.common import command, log
 from timestep_lab.config import ConfigError
-from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.reporting import render_notebook
 from timestep_lab.reporting.across import render_scorecard, scorecard_data, scorecard_text
 from timestep_lab.reporting.study_scale import order_by_scale, read_study

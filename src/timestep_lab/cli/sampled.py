@@ -12,11 +12,11 @@ import argparse
 import itertools
 from pathlib import Path
 
-from timestep_lab.cli.common import at_least, checkpoint_args, command, device, log, named_paths as _pairs, runtime_args
+from timestep_lab.artifacts.io import atomic_write_json
+from timestep_lab.cli.common import at_least, checkpoint_args, command, device, log, runtime_args
+from timestep_lab.cli.common import named_paths as _pairs
 from timestep_lab.config import ConfigError
 from timestep_lab.config.schema import MIN_FID_SAMPLES
-from timestep_lab.artifacts.io import atomic_write_json
-
 
 # ------------------------------------------------------------------------------- consistency
 

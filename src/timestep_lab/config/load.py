@@ -18,9 +18,9 @@ from typing import Any, Mapping
 
 import yaml
 
+from timestep_lab.artifacts.io import atomic_write_text
 from timestep_lab.config.convert import config_from_dict, config_to_dict
 from timestep_lab.config.schema import ConfigError, RunConfig
-from timestep_lab.artifacts.io import atomic_write_text
 
 __all__ = ["load_yaml", "parse_scalar", "dump_yaml", "parse_override", "apply_overrides", "load_config",
            "dump_config"]

@@ -300,7 +300,8 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
     """Every claim measured and judged as one family.
 
     ``analyses`` maps an analysis name to its measured effect dict; ``base`` the study's own column
-    values (:func:`timestep_lab.workflow.runs.base_columns`: batch size, width, length, ...); ``floor`` the study's ``floor.json``. Each FID claim reads the
+    values (:func:`timestep_lab.workflow.runs.base_columns`: batch size, width, length, ...); ``floor`` the study's
+    ``floor.json``. Each FID claim reads the
     paired comparison of its arm against its group's baseline (:func:`compare_group`), its
     within-group Holm p as ``p_group``, its speed-up and its :func:`regime`. ``calibration``: the
     entry of :data:`timestep_lab.evidence.calibration.CALIBRATIONS` the family's tests are referred to.

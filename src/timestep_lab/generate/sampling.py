@@ -26,12 +26,12 @@ import torch
 from PIL import Image
 from torch import Tensor, nn
 
+from timestep_lab.artifacts.io import atomic_path
+from timestep_lab.artifacts.samples_file import load_samples, save_samples
 from timestep_lab.checkpoints import load_for_inference
 from timestep_lab.config import SampleConfig
 from timestep_lab.data import to_float, to_uint8
-from timestep_lab.artifacts.io import atomic_path
 from timestep_lab.processes.predictions import MixedPrediction, Prediction
-from timestep_lab.artifacts.samples_file import load_samples, save_samples
 from timestep_lab.processes.solvers import SPACINGS, Chain, GroundTruth, make_solver, respaced_timesteps, reverse_step
 
 __all__ = ["StackedGenerator", "SPACINGS", "respaced_timesteps", "Denoiser", "Chain", "reverse_step", "reverse_loop", "sample_images",

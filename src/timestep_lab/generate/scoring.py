@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from timestep_lab.config import ConfigError, EvalConfig
-from timestep_lab.metrics import Reference, evaluate_file, evaluate_samples, load_reference, scoring_spec
 from timestep_lab.artifacts.samples_file import load_samples
+from timestep_lab.config import ConfigError, EvalConfig
 from timestep_lab.generate.sampling import generate
+from timestep_lab.metrics import Reference, evaluate_file, evaluate_samples, load_reference, scoring_spec
 
 __all__ = ["PROGRESS_FORMAT", "sample_and_score", "evaluate_models"]
 

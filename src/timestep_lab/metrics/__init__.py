@@ -19,8 +19,17 @@ Scoring model snapshots needs sampling too, so it lives one level up in
 """
 
 from timestep_lab.metrics.extractors import (
-    CF_INCEPTION_FILE, EXTRACTORS, LABELS, TF_INCEPTION_FILE, TOOLS, CleanFidTrainedCNN,
-    FeatureExtractorSpec, TorchFidelityTrainedCNN, WeightsMissingError, keep_pixels, load_feature_extractor,
+    CF_INCEPTION_FILE,
+    EXTRACTORS,
+    LABELS,
+    TF_INCEPTION_FILE,
+    TOOLS,
+    CleanFidTrainedCNN,
+    FeatureExtractorSpec,
+    TorchFidelityTrainedCNN,
+    WeightsMissingError,
+    keep_pixels,
+    load_feature_extractor,
 )
 from timestep_lab.metrics.fid import clean_fid_metrics, frechet_distance, tool_versions, torch_fidelity_metrics
 from timestep_lab.metrics.reference import (

@@ -42,10 +42,10 @@ from torch_fidelity import FeatureExtractorBase, register_feature_extractor
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
 
 from timestep_lab.artifacts.floor import FID_TOOL_ORDER
-from timestep_lab.config.schema import FEATURE_EXTRACTORS
-from timestep_lab.metrics.features import FEATURE_NETS, load_feature_net
 from timestep_lab.artifacts.io import ArtifactError, load_torch, sha256_file
+from timestep_lab.config.schema import FEATURE_EXTRACTORS
 from timestep_lab.metrics.download import download_file
+from timestep_lab.metrics.features import FEATURE_NETS, load_feature_net
 
 __all__ = [
     "EXTRACTORS", "TOOLS", "LABELS", "TF_INCEPTION_FILE", "CF_INCEPTION_FILE", "CLEANFID_CACHE_DIR",

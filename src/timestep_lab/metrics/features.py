@@ -85,10 +85,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from timestep_lab.artifacts.io import ArtifactError, atomic_write_json, load_torch, save_torch, sha256_file
 from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
 from timestep_lab.data import DataError, PreparedData
 from timestep_lab.errors import InputError
-from timestep_lab.artifacts.io import ArtifactError, atomic_write_json, load_torch, save_torch, sha256_file
 
 __all__ = ["FEATURE_FORMAT", "FEATURE_NETS", "FeatureNet", "FeatureCNN", "DigitsCNN", "MnistCNN", "RehearsalCNN",
            "TrainedFeatures", "train_feature_net", "load_feature_net", "write_rehearsal_cnn", "sidecar_path",

@@ -40,8 +40,8 @@ import torch
 from torch import Tensor, nn
 
 from timestep_lab.config import EvalConfig
+from timestep_lab.metrics.extractors import CleanFidTrainedCNN, FeatureExtractorSpec, _Images, is_feature_net, keep_pixels
 from timestep_lab.metrics.features import load_feature_net
-from timestep_lab.metrics.extractors import CleanFidTrainedCNN, FeatureExtractorSpec, _Images, keep_pixels, is_feature_net
 
 __all__ = ["TF_CACHE_NAME", "PRC_NEIGHBORHOOD", "ReferenceStats", "clean_fid_frechet", "frechet_distance", "tool_versions",
            "tf_features", "cf_features", "torch_fidelity_metrics", "clean_fid_metrics"]

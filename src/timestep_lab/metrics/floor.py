@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from timestep_lab.config import EvalConfig
 from timestep_lab.artifacts.floor import FLOOR_FORMAT
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
+from timestep_lab.config import EvalConfig
 from timestep_lab.metrics.extractors import LABELS, to_extractor_input
 from timestep_lab.metrics.fid import cf_features, clean_fid_frechet, frechet_distance, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages

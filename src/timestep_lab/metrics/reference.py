@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from timestep_lab.artifacts.checksums import NPZ_CHECKSUMS
+from timestep_lab.artifacts.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
 from timestep_lab.config.schema import MIN_FID_SAMPLES
 from timestep_lab.errors import InputError
-from timestep_lab.artifacts.io import ArtifactError, npz_checksums, read_npz_member, save_npz, sha256_file
 from timestep_lab.metrics.extractors import TOOLS, FeatureExtractorSpec, is_feature_net, to_extractor_input
 from timestep_lab.metrics.fid import cf_features, tf_features, tool_versions
 from timestep_lab.metrics.progress import stages

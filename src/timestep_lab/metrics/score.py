@@ -19,17 +19,22 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
+from timestep_lab.artifacts.samples_file import load_samples
 from timestep_lab.config import EvalConfig
 from timestep_lab.config.schema import MIN_FID_SAMPLES
-from timestep_lab.metrics.features import load_feature_net
-from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
 from timestep_lab.metrics.extractors import (
-    LABELS, FeatureExtractorSpec, make_spec, resolve_weights, to_extractor_input, is_feature_net,
+    LABELS,
+    FeatureExtractorSpec,
+    is_feature_net,
+    make_spec,
+    resolve_weights,
+    to_extractor_input,
 )
+from timestep_lab.metrics.features import load_feature_net
 from timestep_lab.metrics.fid import clean_fid_frechet, clean_fid_metrics, tf_features, tool_versions, torch_fidelity_metrics
 from timestep_lab.metrics.progress import stages
 from timestep_lab.metrics.reference import Reference, load_reference
-from timestep_lab.artifacts.samples_file import load_samples
 
 __all__ = ["METRICS_FORMAT", "evaluate_samples", "evaluate_file", "scoring_spec", "sample_features", "bootstrap_fid"]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from timestep_lab.config import ConfigError, ModelConfig
 from timestep_lab.artifacts.io import ArtifactError
+from timestep_lab.config import ConfigError, ModelConfig
 
 __all__ = ["DIFFUSERS_WEIGHTS", "DiffusersEps", "build_diffusers_unet2d", "import_diffusers", "read_unet",
            "unet_folder"]

@@ -37,8 +37,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes import exact
+from timestep_lab.processes.diffusion import GaussianDiffusion
 
 __all__ = ["RectifiedFlow", "AB_FLOOR", "shift_sigma", "unshift_sigma"]
 

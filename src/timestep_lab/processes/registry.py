@@ -20,8 +20,8 @@ from typing import Any
 from timestep_lab.config import DiffusionConfig
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.flow import RectifiedFlow
-from timestep_lab.registry import NoParams, Registry
 from timestep_lab.processes.schedules import get_schedule
+from timestep_lab.registry import NoParams, Registry
 
 __all__ = ["PROCESSES", "make_process"]
 

@@ -4,7 +4,7 @@
 |---|---|---|
 | ``render`` | papermill + nbconvert: a jupytext notebook -> one HTML page, no network references | what a notebook computes |
 | ``index`` | the jinja2 study index: scorecard, family, floor, the papers' numbers beside ours | how numbers are computed |
-| ``notebook`` | what every ``reports/*.py`` opens with: plotting style, a group's metrics/runs tables | rendering; training, sampling, scoring |
+| ``notebook`` | what every ``reports/*.py`` opens with: plotting style, a group's tables | rendering; training, sampling, scoring |
 
 ``notebook`` imports pandas, matplotlib and IPython, so it is not re-exported here: the ``report``
 command and the Snakemake index rule import this package without them. Notebooks import

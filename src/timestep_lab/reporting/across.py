@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from timestep_lab.artifacts.io import atomic_write_text
+from timestep_lab.evidence.scaling import TRENDS, effective_verdict, trend
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import format_difference, format_ratio, size_text
 from timestep_lab.reporting.study_scale import StudyScale
-from timestep_lab.evidence.scaling import TRENDS, effective_verdict, trend
 
 __all__ = ["scorecard_data", "scorecard_text", "render_scorecard", "scale_lines"]
 

@@ -36,8 +36,8 @@ from IPython.display import HTML, Markdown, display
 
 from timestep_lab.artifacts.floor import headline_tool
 from timestep_lab.artifacts.identity import describe, distinct
-from timestep_lab.reporting.scorecard import COLUMNS, format_difference, load_verdicts, scorecard_rows
 from timestep_lab.evidence.verdicts import speedup_text
+from timestep_lab.reporting.scorecard import COLUMNS, format_difference, load_verdicts, scorecard_rows
 
 __all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup", "show_verdicts", "comparison_table",
            "show_comparisons", "speedup_seed_table", "show_speedup_seeds", "code_text"]

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from timestep_lab.config import ConfigError, RunConfig, config_from_dict, load_yaml
 from timestep_lab.artifacts.io import ArtifactError, read_json
+from timestep_lab.config import ConfigError, RunConfig, config_from_dict, load_yaml
 from timestep_lab.cost.measured import local_rules, logs_dir_of, study_total
 
 __all__ = ["VERDICTS_FORMAT", "StudyScale", "read_study", "order_by_scale", "count_parameters"]

@@ -37,11 +37,11 @@ import torch
 from torch import Tensor
 
 from timestep_lab.data import to_float, to_uint8
-from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.errors import InputError
 from timestep_lab.generate.sampling import Chain, GroundTruth, StackedGenerator, reverse_step
-from timestep_lab.processes.timeranges import scale_range
 from timestep_lab.processes import exact
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.processes.timeranges import scale_range
 
 __all__ = ["posterior_coefficients", "replacement_ranges", "range_label", "ContributionArm", "contribution_arms",
            "branched_samples", "heldout_distance"]

@@ -17,13 +17,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from timestep_lab.artifacts.io import atomic_write_json
 from timestep_lab.checkpoints import load_for_inference
 from timestep_lab.config import EvalConfig
 from timestep_lab.errors import InputError
-from timestep_lab.artifacts.io import atomic_write_json
-from timestep_lab.metrics import bootstrap_fid, evaluate_samples, load_reference, sample_features
-from timestep_lab.generate.sampling import Chain, Denoiser, save_grid, save_samples
 from timestep_lab.evidence.stats import json_safe
+from timestep_lab.generate.sampling import Chain, Denoiser, save_grid, save_samples
+from timestep_lab.metrics import bootstrap_fid, evaluate_samples, load_reference, sample_features
 from timestep_lab.studies.contribution import branched_samples, contribution_arms, heldout_distance, heldout_float
 
 __all__ = ["CONTRIBUTION_FORMAT", "run_contribution"]

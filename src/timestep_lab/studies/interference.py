@@ -35,8 +35,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from timestep_lab.errors import InputError
 from timestep_lab.artifacts.io import atomic_write_json
+from timestep_lab.errors import InputError
 from timestep_lab.evidence.stats import json_safe, paired
 from timestep_lab.studies.profile import load_profile, profile_per_t
 from timestep_lab.studies.slots import check_cover, load_slots, slot_sums

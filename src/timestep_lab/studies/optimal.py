@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from timestep_lab.processes import exact
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.studies.profile import PROFILE_FORMAT, _images_array, profile_bank, profile_timesteps
-from timestep_lab.processes import exact
 
 __all__ = ["EmpiricalDenoiser", "GaussianDenoiser", "optimal_profile"]
 

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.errors import InputError
+from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import HEADS, Prediction
 from timestep_lab.studies.profile import _Eval, _forward_stats, profile_bank, profile_timesteps
 

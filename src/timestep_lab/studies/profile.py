@@ -35,11 +35,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from timestep_lab.processes.diffusion import GaussianDiffusion
-from timestep_lab.errors import InputError
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_json, read_json
-from timestep_lab.processes.predictions import Prediction
+from timestep_lab.errors import InputError
 from timestep_lab.processes import exact
+from timestep_lab.processes.diffusion import GaussianDiffusion
+from timestep_lab.processes.predictions import Prediction
 
 __all__ = [
     "PROFILE_FORMAT",

@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from timestep_lab.errors import InputError
 from timestep_lab.artifacts.io import ArtifactError, read_json
+from timestep_lab.errors import InputError
 
 __all__ = ["PAPER_SLOTS", "equal_loss_slots", "slot_sums", "scale_slots", "check_cover", "load_slots"]
 

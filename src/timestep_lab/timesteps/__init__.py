@@ -41,8 +41,19 @@ import torch
 
 # each module registers its sampler(s) on import
 from timestep_lab.timesteps import (  # noqa: F401
-    adaptive, clts, compose, logit_normal, lognormal, logsnr, loss_second_moment, sd3, slot_balanced, slots, speed,
-    toward_zero, uniform,
+    adaptive,
+    clts,
+    compose,
+    logit_normal,
+    lognormal,
+    logsnr,
+    loss_second_moment,
+    sd3,
+    slot_balanced,
+    slots,
+    speed,
+    toward_zero,
+    uniform,
 )
 from timestep_lab.timesteps.base import TimestepSampler
 from timestep_lab.timesteps.registry import SAMPLERS

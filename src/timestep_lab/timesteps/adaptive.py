@@ -77,10 +77,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from timestep_lab.processes import exact
 from timestep_lab.registry import check_range
 from timestep_lab.timesteps.base import TimestepSampler, discrete_cdf_pmf
 from timestep_lab.timesteps.registry import SAMPLERS
-from timestep_lab.processes import exact
 
 __all__ = ["AdaptiveParams", "AdaptiveSampler", "BetaPolicy", "sample_beta_logit", "beta_log_prob", "beta_entropy"]
 

@@ -31,10 +31,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from timestep_lab.processes import exact
 from timestep_lab.registry import check_range
 from timestep_lab.timesteps.base import TimestepSampler, cdf_table, importance_weights, inverse_cdf
 from timestep_lab.timesteps.registry import SAMPLERS
-from timestep_lab.processes import exact
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from timestep_lab.processes import exact
 from timestep_lab.registry import check_range
 from timestep_lab.timesteps.base import TimestepSampler, cdf_table, inverse_cdf
 from timestep_lab.timesteps.registry import SAMPLERS
-from timestep_lab.processes import exact
 
 DUAL_GRAD_THRESHOLD = 1e-4  # the official code's constant
 

@@ -42,11 +42,11 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from timestep_lab.artifacts.io import ArtifactError, atomic_path, atomic_write_text, load_torch
 from timestep_lab.checkpoints import CHECKPOINT_FORMAT
 from timestep_lab.checkpoints.info import model_sha256
 from timestep_lab.config import RunConfig, config_to_dict
 from timestep_lab.config.identity import RESUMABLE_CHANGES, config_sha256, differing
-from timestep_lab.artifacts.io import ArtifactError, atomic_path, atomic_write_text, load_torch
 from timestep_lab.optim import EMA
 
 __all__ = ["RESUMABLE_CHANGES", "RunPaths", "snapshot_name", "run_inputs", "read_resume_checkpoint",

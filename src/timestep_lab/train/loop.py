@@ -32,6 +32,9 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
+from timestep_lab.artifacts.events import RunEvents
+from timestep_lab.artifacts.io import ArtifactError, load_torch, save_torch
+from timestep_lab.artifacts.runlock import RunLock
 from timestep_lab.checkpoints import (
     CHECKPOINT_FORMAT,
     MODEL_FORMAT,
@@ -41,11 +44,8 @@ from timestep_lab.checkpoints import (
 from timestep_lab.components import build_model
 from timestep_lab.config import RunConfig, config_to_dict, dump_config
 from timestep_lab.distributed import World
-from timestep_lab.artifacts.events import RunEvents
-from timestep_lab.artifacts.io import ArtifactError, load_torch, save_torch
 from timestep_lab.optim import EMA
 from timestep_lab.processes.predictions import HEADS, MixedPrediction
-from timestep_lab.artifacts.runlock import RunLock
 from timestep_lab.train.files import (
     RunPaths,
     ema_state_dict,

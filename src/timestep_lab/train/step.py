@@ -44,9 +44,9 @@ from timestep_lab.components import (
 )
 from timestep_lab.config import RunConfig
 from timestep_lab.data import IndexStream, Loader, PreparedData
-from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.distributed import World, resolve_device
 from timestep_lab.optim import EMA, make_optimizer, make_schedule
+from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import Prediction
 from timestep_lab.train.monitor import Accumulators, NonFiniteGuard, bin_of
 

@@ -18,7 +18,8 @@ environment pins other CPU code paths than the server's libraries were loaded wi
 and pins itself when it starts.
 
 One thread, one loop over the listening socket, the clients' connections (signals to relay; end
-of file: client gone, worker killed) and each worker's pidfd (exit: reaped, status sent). Reaping every worker puts their CPU time in the server's children and
+of file: client gone, worker killed) and each worker's pidfd (exit: reaped, status sent). Reaping every worker puts
+their CPU time in the server's children and
 so in its parent's: ``time snakemake`` still counts every job. Its log gets one line per job and, at
 the end, its own CPU as a named usage line (:func:`timestep_lab.cost.usage.named_usage_line` of
 :data:`USAGE_NAME`), which the cost accounting sums as the row ``(warm-start server)``.

@@ -21,8 +21,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterable, TextIO
 
-from timestep_lab.config import config_from_dict
 from timestep_lab.artifacts.io import atomic_write_json, canonical_json
+from timestep_lab.config import config_from_dict
 
 __all__ = ["RECORD", "RECORD_FORMAT", "check_run_configs", "fingerprint", "config_digest"]
 

@@ -4,7 +4,8 @@ A study config (``config/*.yaml``) names catalogues of timestep samplers and wei
 ``base`` run config (nested deltas over :class:`timestep_lab.config.RunConfig`), and *groups* of
 runs, each a grid (``sampler x weighting x prediction x batch_size x schedule x seed``) and/or an
 explicit list; ``progress: true`` follows a group's FID during training, with snapshots every
-``progress_every_kimg`` (the group's, else ``evaluation.progress_every_kimg``). Everything a group or entry changes beyond the axes is an ``overrides:`` mapping
+``progress_every_kimg`` (the group's, else ``evaluation.progress_every_kimg``). Everything a group or entry changes
+beyond the axes is an ``overrides:`` mapping
 of dotted run-config keys, the one shape used everywhere in a study config, run length included
 (``overrides: {train.total_kimg: 8}``). Every run gets an id built from its axes, so the same run
 requested by two groups is trained once::

@@ -27,7 +27,6 @@ from timestep_lab.config import config_from_dict
 from timestep_lab.cost.estimate.study import Plan
 from timestep_lab.cost.estimate.throughput import DEVICES
 
-
 __all__ = ["TrainJobs", "EvalJob", "Advice", "advise", "format_advice", "clock", "MARGIN"]
 
 MARGIN = 1.10  # the time asked for over the slow end of the estimate

@@ -41,11 +41,12 @@ from typing import Iterable, Mapping
 import numpy as np
 from scipy.optimize import nnls
 
+from timestep_lab.artifacts.io import atomic_write_json
 from timestep_lab.config import ConfigError
 from timestep_lab.cost.estimate.rules import RuleCost, Work
-from timestep_lab.artifacts.io import atomic_write_json
 
-__all__ = ["FORMAT", "MEASURED_FORMAT", "measured_studies", "rule_totals", "Observation", "RuleFit", "Calibration", "Store", "job_features", "observe", "fit", "predict"]
+__all__ = ["FORMAT", "MEASURED_FORMAT", "measured_studies", "rule_totals", "Observation", "RuleFit", "Calibration",
+           "Store", "job_features", "observe", "fit", "predict"]
 
 FORMAT = "timestep_lab.calibration/1"
 MEASURED_FORMAT = "timestep_lab.measured_studies/1"
@@ -113,7 +114,8 @@ class RuleFit:
     note: str = ""
 
     def predict(self, features: Mapping[str, float]) -> float:
-        return self.overhead * features.get("jobs", 1.0) + self.per_gflop * features.get("gflop", 0.0) + self.per_step * features.get("steps", 0.0)
+        return (self.overhead * features.get("jobs", 1.0) + self.per_gflop * features.get("gflop", 0.0)
+                + self.per_step * features.get("steps", 0.0))
 
     def describe(self) -> str:
         parts = [f"{self.overhead:.2f} CPU-s/job"] if self.overhead else []

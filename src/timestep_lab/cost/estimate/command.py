@@ -29,8 +29,8 @@ import re
 import sys
 from pathlib import Path
 
-from timestep_lab.cost.estimate.throughput import DEVICES, device_for
 from timestep_lab.artifacts.io import atomic_write_json
+from timestep_lab.cost.estimate.throughput import DEVICES, device_for
 
 __all__ = ["configure", "run", "machine_name", "DEFAULT_CALIBRATION"]
 

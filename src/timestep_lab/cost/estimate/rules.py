@@ -38,8 +38,8 @@ import numpy as np
 
 from timestep_lab.components import build_diffusion
 from timestep_lab.config import RunConfig, config_from_dict
-from timestep_lab.cost.estimate.flops import NetworkCost, extractor_flops, network_cost
 from timestep_lab.cost.estimate.dag import Job
+from timestep_lab.cost.estimate.flops import NetworkCost, extractor_flops, network_cost
 from timestep_lab.cost.estimate.study import Plan
 from timestep_lab.metrics.features import FEATURE_NETS
 from timestep_lab.processes.solvers import make_solver

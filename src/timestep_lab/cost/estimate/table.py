@@ -282,7 +282,8 @@ def to_json(est: Estimate) -> dict:
     rows = [{"rule": r.cost.rule, "jobs": r.cost.jobs, "gpu": r.cost.gpu, "images_trained": r.cost.images_trained,
              "images_sampled": r.cost.images_sampled, "evaluations": r.cost.evaluations, "flops": r.cost.flops,
              "gpu_hours": r.gpu_hours, "gpu_hours_low": r.low, "gpu_hours_high": r.high, "basis": r.basis,
-             "sources": [{"step": st, "model": m, "source": d, "images_per_s": ips} for st, m, _, d, ips in r.sources], "disk_bytes": r.cost.disk_bytes, "notes": r.cost.notes,
+             "sources": [{"step": st, "model": m, "source": d, "images_per_s": ips} for st, m, _, d, ips in r.sources],
+             "disk_bytes": r.cost.disk_bytes, "notes": r.cost.notes,
              **({"measured_hours": (est.measured.get(r.cost.rule) or 0) / 3600 if r.cost.rule in est.measured else None,
                  "ratio": est.ratio(r.cost.rule)} if est.measured is not None else {})}
             for r in est.rows]
