@@ -1,4 +1,4 @@
-# Named targets for coarse callers (DVC stages, humans): `snakemake data`, `snakemake experiments`.
+# Named targets for coarse callers (humans; dvc.yaml's one stage `study` runs `all dvc_export`): `snakemake data`, `snakemake experiments`.
 
 
 localrules:
@@ -8,14 +8,14 @@ localrules:
 
 
 rule data:
-    """Prepared data and the evaluation reference (DVC stage `data`)."""
+    """Prepared data and the evaluation reference."""
     input:
         manifest(config["data"]["train_split"]),
         f"{RES}/eval/reference.npz",
 
 
 rule experiments:
-    """Every run trained, sampled and scored, and every analysis computed (DVC stage `results`)."""
+    """Every run trained, sampled and scored, and every analysis computed."""
     input:
         f"{RES}/metrics.csv",
         f"{RES}/verdicts.json",
@@ -30,7 +30,7 @@ rule experiments:
 
 
 rule dvc_export:
-    """DVC metrics and plots, outside the persisted result folders (DVC stage `reports`)."""
+    """DVC metrics and plots, outside the persisted result folders (dvc.yaml's stage `study` asks for it)."""
     input:
         summary=f"{RES}/summary.json",
         metrics=f"{RES}/metrics.csv",
