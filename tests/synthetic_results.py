@@ -74,6 +74,7 @@ def _profile(eps: np.ndarray, x0: np.ndarray | None = None, **kw) -> dict[str, A
 
 def make_results(root: Path) -> Synthetic:
     """Writes ``root/results/syn`` and returns the report parameters and expected numbers."""
+    from timestep_lab.artifacts.samples_file import save_controls
     from timestep_lab.processes.diffusion import GaussianDiffusion
     from timestep_lab.processes.schedules import get_schedule
     from timestep_lab.studies.consistency import consistency_test, paired_distance
@@ -250,7 +251,7 @@ def make_results(root: Path) -> Synthetic:
         files[name] = str(res / "runs" / name / "samples.npz")
         np.savez(files[name], images=imgs, seeds=np.arange(40))
     controls = {"gaussian": np.clip(common + rng.normal(0, 40, common.shape), 0, 255).astype(np.uint8)}
-    np.savez(res / "analyses" / "consistency_controls.npz", seeds=np.arange(40), **controls)
+    save_controls(res / "analyses" / "consistency_controls.npz", np.arange(40), controls)
     names = list(sets)
     pairs = [{"a": a, "b": b, **paired_distance(sets[a], sets[b])} for i, a in enumerate(names) for b in names[i + 1:]]
     test = consistency_test(sets, controls, permutations=19)
@@ -270,6 +271,6 @@ def make_results(root: Path) -> Synthetic:
         "interference": str(a / "interference.json"), "interference_control": str(a / "interference_control.json"),
         "profiles": ",".join(batch_profiles), "contribution": str(a / "contribution.json"),
         "posterior": str(a / "posterior.json"), "prediction_profile": str(a / "prediction_types.json"),
-        "consistency": str(a / "consistency.json"), "run_configs": "",
+        "consistency": str(a / "consistency.json"), "controls": str(a / "consistency_controls.npz"), "run_configs": "",
     }
     return syn

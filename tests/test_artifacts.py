@@ -151,6 +151,26 @@ def _rewrite_reference(src: Path, dst: Path, change) -> Path:
     return dst
 
 
+def test_consistency_controls_carry_checksums_and_a_changed_image_is_named(tmp_path):
+    """Before: consistency_controls.npz was a plain np.savez, read by the consistency report unchecked."""
+    from timestep_lab.artifacts.samples_file import load_controls, save_controls
+
+    rng = np.random.default_rng(0)
+    controls = {"gaussian": rng.integers(0, 256, (5, 4, 4, 1), dtype=np.uint8),
+                "dataset": rng.integers(0, 256, (5, 4, 4, 1), dtype=np.uint8)}
+    path = tmp_path / "consistency_controls.npz"
+    save_controls(path, np.arange(5), controls)
+    seeds, back = load_controls(path)
+    assert seeds.tolist() == list(range(5)) and list(back) == ["gaussian", "dataset"]
+    assert all(np.array_equal(back[k], v) for k, v in controls.items())
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["gaussian"] = arrays["gaussian"] ^ np.uint8(1)  # one bit of every pixel, checksums kept
+    np.savez(path, **arrays)
+    with pytest.raises(ArtifactError, match="sha256 of 'gaussian' differs"):
+        load_controls(path)
+
+
 def test_nan_or_wrong_dimension_reference_statistics_are_refused(tiny_artifacts, tmp_path, capsys):
     """Were "fid": NaN with "status": "ok", and an AssertionError traceback."""
     a = tiny_artifacts

@@ -32,7 +32,7 @@ PARAMS = {  # report -> {notebook parameter: key of Synthetic.paths}
     "timestep_contribution": {k: k for k in ("contribution", "posterior", "summary", "verdicts", "results_dir")},
     "prediction_types": {"profile": "prediction_profile", **{k: k for k in ("metrics_csv", "runs_csv", "summary",
                                                                              "verdicts", "results_dir")}},
-    "consistency": {k: k for k in ("consistency", "metrics_csv", "runs_csv", "summary", "verdicts", "results_dir")},
+    "consistency": {k: k for k in ("consistency", "controls", "metrics_csv", "runs_csv", "summary", "verdicts", "results_dir")},
     "flow_matching": {k: k for k in ("metrics_csv", "runs_csv", "summary", "verdicts", "results_dir", "run_configs")},
 }
 

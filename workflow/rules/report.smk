@@ -27,7 +27,12 @@ REPORTS_INPUTS = {
         verdicts=VERDICTS,
     ),
     "prediction_types": dict(TABLES, profile=f"{RES}/analyses/prediction_types.json"),
-    "consistency": dict(TABLES, consistency=f"{RES}/analyses/consistency.json"),
+    "consistency": dict(
+        TABLES,
+        consistency=f"{RES}/analyses/consistency.json",
+        # the notebook draws the closed-form controls' samples (consistency.json names the file)
+        **({"controls": f"{RES}/analyses/consistency_controls.npz"} if AN.get("consistency", {}).get("controls") else {}),
+    ),
 }
 if group_runs("flow_matching"):  # a study without the group (the paper configs) has no flow report
     REPORTS_INPUTS["flow_matching"] = dict(

@@ -92,13 +92,9 @@ def cmd_consistency(args: argparse.Namespace) -> int:
             raise ConfigError("--control-data needs --control-model (whose diffusion process the controls sample)")
         controls = _control_samples(args.control_data, args.control_model, first_meta, first)
         if args.controls_out is not None:
-            import numpy as np
+            from timestep_lab.artifacts.samples_file import save_controls
 
-            from timestep_lab.artifacts.io import atomic_path
-
-            with atomic_path(args.controls_out, suffix=".npz") as tmp:
-                with open(tmp, "wb") as fh:
-                    np.savez(fh, seeds=first, **controls)
+            save_controls(args.controls_out, first, controls)  # with each member's sha256, as samples.npz
     test = consistency_test({k: v[0] for k, v in sets.items()}, controls, features=features,
                             permutations=args.permutations)
     atomic_write_json(args.out, json_safe({
