@@ -184,3 +184,20 @@ def test_flow_matching_states_each_arm_against_uniform(render, synthetic):
     text, _ = render("flow_matching")
     assert "logit-normal_none_v_b64_linear_flow_heun_kimg8" in text and "Holm p within the group = " in text
     assert "uniform_none_v_b64_linear_flow_heun_kimg8" in text
+
+
+def test_the_verdicts_command_writes_the_bytes_the_rule_wrote_in_process(synthetic, tmp_path, capsys):
+    """The verdicts rule was a ``run:`` block (no command line to rerun by hand); its command
+    rewrites the same verdicts.json as the in-process call, and a missing input is one error line."""
+    from timestep_lab.cli import main
+
+    res = Path(synthetic.paths["results_dir"])
+    a = res / "analyses"
+    argv = ["verdicts", f"--metrics={res / 'metrics.csv'}", f"--runs={res / 'runs.csv'}",
+            f"--interference={a / 'interference_control.json'}", f"--consistency={a / 'consistency.json'}",
+            "--base-batch=64", "--study=syn", f"--out={tmp_path / 'verdicts.json'}"]
+    assert main(argv) == 0
+    assert (tmp_path / "verdicts.json").read_bytes() == (res / "verdicts.json").read_bytes()
+    assert main(argv[:1] + [f"--metrics={tmp_path / 'gone.csv'}", argv[-1]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "gone.csv" in err[-1]

@@ -387,3 +387,12 @@ def verdict_analyses():
 def verdict_inputs(wildcards):
     floor = {"floor": FLOOR} if floor_input() else {}
     return {"metrics": f"{RES}/metrics.csv", "runs": f"{RES}/runs.csv", **verdict_analyses(), **floor}
+
+
+def verdicts_args(wildcards, input):
+    """The verdicts command's options, as a list of words for ``{params.args:q}`` (each quoted on its own)."""
+    parts = [f"--{key}={input[key]}" for key in ("metrics", "runs", "interference", "consistency", "floor") if key in input.keys()]
+    base_batch = RUNS["reference"].axes.get("batch_size") if "reference" in RUNS else None
+    if base_batch is not None:
+        parts.append(f"--base-batch={base_batch}")
+    return parts + [f"--study={STUDY}"]

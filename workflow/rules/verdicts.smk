@@ -13,14 +13,11 @@ rule verdicts:
     output:
         f"{RES}/verdicts.json",
     params:
-        study=STUDY,
-        base_batch=lambda wc: RUNS["reference"].axes.get("batch_size") if "reference" in RUNS else None,
+        arithmetic=ARITHMETIC,
+        args=verdicts_args,
     log:
         f"{LOGS}/verdicts/verdicts.log",
     benchmark:
         f"{BENCH}/verdicts/verdicts.tsv",
-    run:
-        from timestep_lab.workflow.collect import write_verdicts  # pandas: imported by this job only
-
-        write_verdicts(input.metrics, output[0], runs_csv=input.runs, base_batch=params.base_batch, study=params.study,
-                       **{k: input.get(k) for k in ("interference", "consistency", "floor")})
+    shell:
+        "python -m timestep_lab verdicts {params.args:q} --out={output:q} > {log:q} 2>&1"
