@@ -53,7 +53,7 @@ def test_interference_control_and_verdicts_are_planned(plan):
         assert f"results/smoke/{path}" in verdicts
     assert "output: results/smoke/verdicts.json" in verdicts
     # one command that reruns by hand (it was a run: block), at the study's arithmetic
-    assert "python -m timestep_lab verdicts --metrics=results/smoke/metrics.csv --runs=results/smoke/runs.csv" in verdicts
+    assert "python -m timestep_lab verdicts --metrics-csv=results/smoke/metrics.csv --runs=results/smoke/runs.csv" in verdicts
 
 
 def test_single_seed_matrix_uses_the_reference_seed_only(plan):

@@ -193,11 +193,11 @@ def test_the_verdicts_command_writes_the_bytes_the_rule_wrote_in_process(synthet
 
     res = Path(synthetic.paths["results_dir"])
     a = res / "analyses"
-    argv = ["verdicts", f"--metrics={res / 'metrics.csv'}", f"--runs={res / 'runs.csv'}",
+    argv = ["verdicts", f"--metrics-csv={res / 'metrics.csv'}", f"--runs={res / 'runs.csv'}",
             f"--interference={a / 'interference_control.json'}", f"--consistency={a / 'consistency.json'}",
             "--base-batch=64", "--study=syn", f"--out={tmp_path / 'verdicts.json'}"]
     assert main(argv) == 0
     assert (tmp_path / "verdicts.json").read_bytes() == (res / "verdicts.json").read_bytes()
-    assert main(argv[:1] + [f"--metrics={tmp_path / 'gone.csv'}", argv[-1]]) == 2
+    assert main(argv[:1] + [f"--metrics-csv={tmp_path / 'gone.csv'}", argv[-1]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and "gone.csv" in err[-1]

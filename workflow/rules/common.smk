@@ -391,7 +391,9 @@ def verdict_inputs(wildcards):
 
 def verdicts_args(wildcards, input):
     """The verdicts command's options, as a list of words for ``{params.args:q}`` (each quoted on its own)."""
-    parts = [f"--{key}={input[key]}" for key in ("metrics", "runs", "interference", "consistency", "floor") if key in input.keys()]
+    flags = {"metrics": "metrics-csv", "runs": "runs", "interference": "interference", "consistency": "consistency",
+             "floor": "floor"}
+    parts = [f"--{flag}={input[key]}" for key, flag in flags.items() if key in input.keys()]
     base_batch = RUNS["reference"].axes.get("batch_size") if "reference" in RUNS else None
     if base_batch is not None:
         parts.append(f"--base-batch={base_batch}")

@@ -17,7 +17,7 @@ METRICS_COLUMNS = ("run", "stage", "metric", "value")
 
 
 def _verdicts_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metrics", type=Path, required=True, help="the study's metrics.csv (the collect job's)")
+    p.add_argument("--metrics-csv", type=Path, required=True, help="the study's metrics.csv (the collect job's)")
     p.add_argument("--runs", type=Path, default=None, help="the study's runs.csv")
     p.add_argument("--interference", type=Path, default=None, help="analyses/interference_control.json, when run")
     p.add_argument("--consistency", type=Path, default=None, help="analyses/consistency.json, when run")
@@ -48,14 +48,14 @@ def cmd_verdicts(args: argparse.Namespace) -> int:
     """Both verdicts per claim (docs/methods.md §9.3), Holm across the scorecard, -> verdicts.json."""
     from timestep_lab.workflow.collect import write_verdicts  # pandas: only when the command runs
 
-    for opt in ("metrics", "runs", "interference", "consistency", "floor"):
+    for opt in ("metrics_csv", "runs", "interference", "consistency", "floor"):
         path = getattr(args, opt)
         if path is not None and not path.is_file():
-            raise ArtifactError(f"{path}: --{opt} file not found")
-    _check_metrics(args.metrics)
+            raise ArtifactError(f"{path}: --{opt.replace('_', '-')} file not found")
+    _check_metrics(args.metrics_csv)
     optional = {k: str(getattr(args, k)) if getattr(args, k) is not None else None
                 for k in ("interference", "consistency", "floor")}
-    write_verdicts(str(args.metrics), str(args.out), runs_csv=str(args.runs) if args.runs else None,
+    write_verdicts(str(args.metrics_csv), str(args.out), runs_csv=str(args.runs) if args.runs else None,
                    base_batch=args.base_batch, study=args.study, **optional)
     log.info("verdicts -> %s", args.out)
     return 0
