@@ -19,5 +19,7 @@ rule verdicts:
         f"{LOGS}/verdicts/verdicts.log",
     benchmark:
         f"{BENCH}/verdicts/verdicts.tsv",
+    conda:
+        "../../envs/conda.yaml"
     shell:
         "python -m timestep_lab verdicts {params.args:q} --out={output:q} > {log:q} 2>&1"
