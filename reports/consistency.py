@@ -41,22 +41,22 @@
 
 # %% tags=["parameters"]
 consistency = "results/digits/analyses/consistency.json"
-controls = ""  # consistency_controls.npz where the study samples the closed-form controls
 metrics_csv = "results/digits/metrics.csv"
 runs_csv = "results/digits/runs.csv"
 summary = "results/digits/summary.json"
 verdicts = "results/digits/verdicts.json"
 results_dir = "results/digits"
 group = "consistency"
+controls = ""  # the closed-form controls' samples, when sampled (a declared input of the report)
 
 # %%
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from timestep_lab.artifacts.io import load_npz, read_json
+from timestep_lab.artifacts.io import read_json
+from timestep_lab.artifacts.samples_file import load_controls
 from timestep_lab.reporting.curves import (paired_differences, per_seed_table, plot_paired_differences, plot_progress,
                                           progress_table)
 from timestep_lab.reporting.notebook import load_study, setup, show_comparisons, show_verdicts
@@ -126,8 +126,9 @@ rows_img = []
 for name, path in sets.items():
     with np.load(path) as z:
         rows_img.append((name, z["images"][:n_show]))
-if controls:  # the declared input, each array checked against the sha256 written with it
-    rows_img += [(f"control: {k}", v[:n_show]) for k, v in load_npz(controls).items() if k != "seeds"]
+if controls:
+    _, control_images = load_controls(controls)  # checked against its recorded sha256
+    rows_img += [(f"control: {k}", v[:n_show]) for k, v in control_images.items()]
 fig, axes = plt.subplots(len(rows_img), 1, figsize=(n_show * 0.7, 0.85 * len(rows_img) + 0.3), squeeze=False)
 for ax, (name, imgs) in zip(axes[:, 0], rows_img):
     ax.imshow(strip(imgs), cmap="gray", vmin=0, vmax=255)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from timestep_lab.artifacts.io import save_npz
+from timestep_lab.artifacts.samples_file import save_controls
 from timestep_lab.workflow.runs import arm_id
 
 #: the synthetic study's own column values (workflow.runs.base_columns): batch 64, width 16, 12 kimg
@@ -257,7 +257,7 @@ def make_results(root: Path) -> Synthetic:
         files[name] = str(res / "runs" / name / "samples.npz")
         np.savez(files[name], images=imgs, seeds=np.arange(40))
     controls = {"gaussian": np.clip(common + rng.normal(0, 40, common.shape), 0, 255).astype(np.uint8)}
-    save_npz(res / "analyses" / "consistency_controls.npz", {"seeds": np.arange(40), **controls})
+    save_controls(res / "analyses" / "consistency_controls.npz", np.arange(40), controls)
     names = list(sets)
     pairs = [{"a": a, "b": b, **paired_distance(sets[a], sets[b])} for i, a in enumerate(names) for b in names[i + 1:]]
     test = consistency_test(sets, controls, permutations=19)

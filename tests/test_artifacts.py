@@ -151,6 +151,26 @@ def _rewrite_reference(src: Path, dst: Path, change) -> Path:
     return dst
 
 
+def test_consistency_controls_carry_checksums_and_a_changed_image_is_named(tmp_path):
+    """Before: consistency_controls.npz was a plain np.savez, read by the consistency report unchecked."""
+    from timestep_lab.artifacts.samples_file import load_controls, save_controls
+
+    rng = np.random.default_rng(0)
+    controls = {"gaussian": rng.integers(0, 256, (5, 4, 4, 1), dtype=np.uint8),
+                "dataset": rng.integers(0, 256, (5, 4, 4, 1), dtype=np.uint8)}
+    path = tmp_path / "consistency_controls.npz"
+    save_controls(path, np.arange(5), controls)
+    seeds, back = load_controls(path)
+    assert seeds.tolist() == list(range(5)) and list(back) == ["gaussian", "dataset"]
+    assert all(np.array_equal(back[k], v) for k, v in controls.items())
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["gaussian"] = arrays["gaussian"] ^ np.uint8(1)  # one bit of every pixel, checksums kept
+    np.savez(path, **arrays)
+    with pytest.raises(ArtifactError, match="sha256 of 'gaussian' differs"):
+        load_controls(path)
+
+
 def test_nan_or_wrong_dimension_reference_statistics_are_refused(tiny_artifacts, tmp_path, capsys):
     """Were "fid": NaN with "status": "ok", and an AssertionError traceback."""
     a = tiny_artifacts
@@ -210,23 +230,3 @@ def test_json_writers_refuse_non_finite_numbers(tmp_path):
         atomic_write_json(tmp_path / "p.json", float("-inf"))
     assert not (tmp_path / "p.json").exists()
 
-
-def test_load_npz_returns_what_save_npz_wrote_and_refuses_a_changed_or_unchecked_file(tmp_path):
-    """consistency_controls.npz (the consistency report's controls) is written with each array's
-    sha256 and read back checked: a changed member or a plain np.savez file is one ArtifactError."""
-    from timestep_lab.artifacts.io import load_npz
-
-    arrays = {"seeds": np.arange(5), "gaussian": np.arange(20, dtype=np.uint8).reshape(5, 4)}
-    path = tmp_path / "controls.npz"
-    save_npz(path, arrays)
-    back = load_npz(path)
-    assert set(back) == set(arrays) and all(np.array_equal(back[k], v) for k, v in arrays.items())
-    with np.load(path) as z:
-        members = {k: z[k] for k in z.files}
-    members["gaussian"] = members["gaussian"] + 1
-    np.savez(tmp_path / "changed.npz", **members)
-    with pytest.raises(ArtifactError, match="gaussian"):
-        load_npz(tmp_path / "changed.npz")
-    np.savez(tmp_path / "plain.npz", **arrays)
-    with pytest.raises(ArtifactError, match="carries no checksums"):
-        load_npz(tmp_path / "plain.npz")

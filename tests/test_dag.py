@@ -51,6 +51,8 @@ def test_interference_control_and_verdicts_are_planned(plan):
     for path in ("metrics.csv", "runs.csv", "analyses/interference_control.json", "analyses/consistency.json"):
         assert f"results/smoke/{path}" in verdicts
     assert "output: results/smoke/verdicts.json" in verdicts
+    # one command that reruns by hand (it was a run: block), at the study's arithmetic
+    assert "python -m timestep_lab verdicts --metrics-csv=results/smoke/metrics.csv --runs=results/smoke/runs.csv" in verdicts
 
 
 def test_single_seed_matrix_uses_the_reference_seed_only(plan):
@@ -69,6 +71,8 @@ def test_every_report_and_the_index_read_the_verdicts(plan):
     assert "-p interference_control results/smoke/analyses/interference_control.json" in slot
     (flow,) = [j for j in reports if "reports/flow_matching.py" in j]  # each flow run's sampler and weighting
     assert "-p run_configs results/smoke/runs/uniform_none_v_b64_linear_s0_flow_heun/run.yaml," in flow
+    (consistency,) = [j for j in reports if "reports/consistency.py" in j]  # the controls' samples it draws
+    assert "-p controls results/smoke/analyses/consistency_controls.npz" in consistency
     (index,) = _jobs(plan, "index")
     assert "results/smoke/verdicts.json" in index
 

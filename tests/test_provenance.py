@@ -499,6 +499,29 @@ def test_dvc_keeps_the_tracked_metrics_when_a_repro_fails():
                 assert props.get("persist") is True, (kind, path)
 
 
+
+def test_dvc_stage_depends_on_every_report_and_config_section():
+    """Before: dvc.yaml listed the report notebooks by hand and missed reports/flow_matching.py and
+    reports/scorecard.html.j2, so `dvc repro` did not rerun when they changed; its params missed
+    config sections. The expected deps come from the repository: every notebook and template under
+    reports/, every repository file a rule names as input (``"reports/..."`` in workflow/rules)."""
+    import re
+
+    import yaml
+    from worktree import ROOT
+
+    stage, = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].values()
+    deps = set(stage["deps"])
+    for dep in deps:
+        assert (ROOT / dep).exists(), f"dvc.yaml names {dep}, which does not exist"
+    expected = {p.relative_to(ROOT).as_posix() for pattern in ("*.py", "*.j2") for p in (ROOT / "reports").glob(pattern)}
+    for smk in (ROOT / "workflow" / "rules").glob("*.smk"):
+        expected |= {m for m in re.findall(r'"(reports/[\w.]+\.(?:py|j2))"', smk.read_text())}
+    assert not expected - deps, f"dvc.yaml's stage misses {sorted(expected - deps)}"
+    assert {"Snakefile", "workflow/rules", "workflow/schemas", "src/timestep_lab"} <= deps
+    sections = set(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    assert sections == set(stage["params"]), f"params differ from config/config.yaml: {sections ^ set(stage['params'])}"
+
 # ------------------------------------------------------------------ 9: tracebacks that are one error line now
 
 

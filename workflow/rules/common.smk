@@ -2,6 +2,7 @@
 # Imports here run at every DAG build: timestep_lab.config and timestep_lab.workflow are torch-
 # and pandas-free; jobs that need pandas import it themselves (collect, dvc_export).
 import glob
+import json
 import os
 import sys
 
@@ -397,3 +398,13 @@ def report_needed(entry):
     "not run" on the index (verdict_analyses, common.smk)."""
     return {"group_runs": lambda: bool(group_runs(entry.name)), "constant_runs": lambda: bool(consistency_runs()),
             "finetune_runs": lambda: bool(finetune_runs()), "always": lambda: True}[entry.needs]()
+
+
+def verdicts_args(wildcards, input):
+    """The verdicts command's options, as a list of words for ``{params.args:q}`` (each quoted on its own)."""
+    flags = {"metrics": "metrics-csv", "runs": "runs", "interference": "interference", "consistency": "consistency",
+             "floor": "floor"}
+    parts = [f"--{flag}={input[key]}" for key, flag in flags.items() if key in input.keys()]
+    # the study's own column values, what a baseline's "{base}" stands for (timestep_lab.workflow.base_columns)
+    parts.append(f"--base={json.dumps(W.base_columns(config), sort_keys=True)}")
+    return parts + [f"--study={STUDY}"]

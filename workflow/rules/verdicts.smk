@@ -13,14 +13,13 @@ rule verdicts:
     output:
         f"{RES}/verdicts.json",
     params:
-        study=STUDY,
-        base=lambda wc: W.base_columns(config),
+        arithmetic=ARITHMETIC,
+        args=verdicts_args,
     log:
         f"{LOGS}/verdicts/verdicts.log",
     benchmark:
         f"{BENCH}/verdicts/verdicts.tsv",
-    run:
-        from timestep_lab.workflow.collect import write_verdicts  # pandas: imported by this job only
-
-        write_verdicts(input.metrics, output[0], runs_csv=input.runs, base=params.base, study=params.study,
-                       **{k: input.get(k) for k in ("interference", "consistency", "floor")})
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab verdicts {params.args:q} --out={output:q} > {log:q} 2>&1"

@@ -279,17 +279,6 @@ def read_npz_member(path: str | Path, z: Any, name: str, digests: Mapping[str, s
     return arr
 
 
-def load_npz(path: str | Path) -> dict[str, Any]:
-    """Every array of an archive :func:`save_npz` wrote, each checked against its recorded sha256.
-
-    :raises ArtifactError: no checksums recorded, a member missing, unreadable or changed."""
-    import numpy as np
-
-    with np.load(path) as z:
-        digests = npz_checksums(path, z)
-        return {name: read_npz_member(path, z, name, digests) for name in digests}
-
-
 def save_torch(obj: Any, path: str | Path, *, checksum: bool = True) -> None:
     """``torch.save`` atomically (tensors, dicts, lists and plain Python values only), byte for
     byte the same for the same object. A dict gets :data:`CHECKSUM_KEY`, the

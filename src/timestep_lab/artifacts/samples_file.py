@@ -22,7 +22,7 @@ import numpy as np
 
 from timestep_lab.artifacts.io import ArtifactError, npz_checksums, read_npz_member, save_npz
 
-__all__ = ["save_samples", "load_samples"]
+__all__ = ["save_samples", "load_samples", "save_controls", "load_controls"]
 
 
 def save_samples(path: str | Path, images: np.ndarray, seeds: list[int], meta: dict[str, Any]) -> None:
@@ -46,3 +46,29 @@ def load_samples(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, An
     if images.dtype != np.uint8 or images.ndim != 4 or len(seeds) != len(images):
         raise ArtifactError(f"{path}: malformed samples (images {images.dtype}{list(images.shape)}, {len(seeds)} seeds)")
     return images, seeds, meta
+
+
+def save_controls(path: str | Path, seeds: np.ndarray, controls: dict[str, np.ndarray]) -> None:
+    """Write ``consistency_controls.npz``: ``seeds`` and one uint8 NHWC image array per closed-form
+    control (the same seeds), with each member's sha256 (:func:`save_npz`, atomic)."""
+    if "seeds" in controls:
+        raise ValueError("a control cannot be called 'seeds'")
+    save_npz(path, {"seeds": np.asarray(seeds), **controls})
+
+
+def load_controls(path: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Read a file written by :func:`save_controls`, every member checked against its recorded
+    sha256: ``(seeds, {control: images})``; a damaged file is reported by name (:class:`ArtifactError`)."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            digests = npz_checksums(path, z)
+            arrays = {k: read_npz_member(path, z, k, digests) for k in z.files if k in digests}  # written order
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: controls file not found") from None
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise ArtifactError(f"{path}: corrupted controls file ({exc})") from None
+    if "seeds" not in arrays:
+        raise ArtifactError(f"{path}: has no 'seeds'")
+    seeds = arrays.pop("seeds")
+    return seeds, arrays

@@ -91,10 +91,10 @@ def cmd_consistency(args: argparse.Namespace) -> int:
         if args.control_model is None:
             raise ConfigError("--control-data needs --control-model (whose diffusion process the controls sample)")
         controls = _control_samples(args.control_data, args.control_model, first_meta, first)
-        if args.controls_out is not None:  # with each array's sha256: the report checks what it shows
-            from timestep_lab.artifacts.io import save_npz
+        if args.controls_out is not None:
+            from timestep_lab.artifacts.samples_file import save_controls
 
-            save_npz(args.controls_out, {"seeds": first, **controls})
+            save_controls(args.controls_out, first, controls)  # with each member's sha256, as samples.npz
     test = consistency_test({k: v[0] for k, v in sets.items()}, controls, features=features,
                             permutations=args.permutations)
     atomic_write_json(args.out, json_safe({
