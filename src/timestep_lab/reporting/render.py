@@ -30,6 +30,8 @@ th, td { border: 1px solid #ccc; padding: .3em .7em; text-align: right; vertical
 th { background: #f4f4f6; } td:first-child, th:first-child { text-align: left; }
 table.text td, table.text th { text-align: left; }
 img { max-width: 100%; height: auto; }
+.scroll { overflow-x: auto; max-width: 100%; } td { overflow-wrap: anywhere; }
+svg.forest { display: block; margin: 1em 0; }
 pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
 .jp-OutputPrompt, .jp-InputPrompt, .prompt { display: none; }
 .note { background: #fff8e1; border-left: 4px solid #f0b400; padding: .5em 1em; }
