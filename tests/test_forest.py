@@ -8,6 +8,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+from page_overflow import chromium, overflowing
+
 from test_scorecard import verdicts  # noqa: F401 - the synthetic study's verdicts.json fixture
 from timestep_lab.reporting import render_index
 from timestep_lab.reporting.forest import VERDICT_COLOURS, forest_rows, forest_svg
@@ -62,3 +66,10 @@ def test_forest_svg_is_deterministic_and_rows_share_an_axis_per_unit():
                                    "ci_high": 2.0, "units": "FID"}]})
     assert got == [{"id": "x", "verdict": "not judged at this length", "units": "FID", "diff": None, "lo": None,
                     "hi": None}]
+
+
+@pytest.mark.skipif(chromium() is None, reason="no chromium (CI installs it)")
+def test_the_index_fits_a_1280px_window(verdicts, tmp_path):  # noqa: F811
+    page = tmp_path / "index.html"
+    _index(verdicts, tmp_path)
+    assert overflowing(page) == []

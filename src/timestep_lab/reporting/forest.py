@@ -18,7 +18,7 @@ __all__ = ["forest_rows", "forest_svg", "VERDICT_COLOURS"]
 #: fill colour per direction verdict; anything else (not run, not judged) is drawn grey, without a point.
 VERDICT_COLOURS = {"reproduced": "#1b7f3b", "contradicted": "#b00020", "inconclusive": "#8a6d00"}
 _GREY = "#888888"
-_ROW_H, _LABEL_W, _PLOT_W, _TEXT_W, _TOP = 22, 230, 420, 210, 26
+_ROW_H, _LABEL_W, _PLOT_W, _TEXT_W, _TOP = 22, 230, 420, 300, 26
 
 
 def _finite(x: Any) -> float | None:
@@ -48,7 +48,7 @@ def _fmt(x: float) -> str:
 
 
 def forest_svg(rows: list[Mapping[str, Any]]) -> str:
-    """The plot of :func:`forest_rows` as one ``<svg>`` element (width 860 px, a viewBox so it
+    """The plot of :func:`forest_rows` as one ``<svg>`` element (width 950 px, a viewBox so it
     scales down). Rows of the same ``units`` share one axis, symmetric about 0 and spanning 1.1x
     their largest |bound| (its end printed in the row's title); rows of other units (an FID
     difference beside a relative loss change) get their own, so no row collapses onto 0."""

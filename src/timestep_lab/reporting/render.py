@@ -25,7 +25,8 @@ PAGE_CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 1100px; margin: 2em auto;
        padding: 0 1.5em; color: #1d1d1f; line-height: 1.5; }
 h1 { border-bottom: 2px solid #ddd; padding-bottom: .3em; } h2 { margin-top: 1.8em; }
-table { border-collapse: collapse; margin: 1em 0; font-size: .92em; }
+table { border-collapse: collapse; margin: 1em 0; font-size: .92em; display: block; max-width: 100%;
+        overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: .3em .7em; text-align: right; vertical-align: top; }
 th { background: #f4f4f6; } td:first-child, th:first-child { text-align: left; }
 table.text td, table.text th { text-align: left; }
