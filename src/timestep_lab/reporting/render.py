@@ -29,7 +29,9 @@ table { border-collapse: collapse; margin: 1em 0; font-size: .92em; display: blo
         overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: .3em .7em; text-align: right; vertical-align: top; }
 th { background: #f4f4f6; } td:first-child, th:first-child { text-align: left; }
-table.text td, table.text th { text-align: left; }
+table.text td, table.text th { text-align: left; } table.text td.num { text-align: right; white-space: nowrap; }
+details summary { cursor: pointer; color: #555; font-size: .9em; } details dt { font-weight: bold; margin-top: .4em; }
+details dd { margin-left: 1em; }
 img { max-width: 100%; height: auto; }
 .scroll { overflow-x: auto; max-width: 100%; } td { overflow-wrap: anywhere; }
 svg.forest { display: block; margin: 1em 0; }
