@@ -4,6 +4,7 @@ deterministic and loads nothing."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -73,3 +74,23 @@ def test_the_index_fits_a_1280px_window(verdicts, tmp_path):  # noqa: F811
     page = tmp_path / "index.html"
     _index(verdicts, tmp_path)
     assert overflowing(page) == []
+
+
+def test_a_group_report_shows_its_claims_forest_and_compact_table(verdicts, monkeypatch):  # noqa: F811
+    from timestep_lab.reporting import notebook
+    from timestep_lab.reporting.scorecard import COLUMNS, scorecard_rows
+
+    shown = []
+    monkeypatch.setattr(notebook, "display", shown.append)
+    ids = ["adaptive_faster", "speed_faster", "clts_faster"]
+    notebook.show_verdicts(verdicts, ids)
+    svg, table = shown[1].data, shown[2].data
+    data = json.loads(verdicts.read_text())
+    in_file_order = [r["id"] for r in data["claims"] if r["id"] in ids]
+    assert re.findall(r'data-claim="([^"]+)"', svg) == in_file_order
+    assert re.findall(r'<span data-key="id">([^<]+)</span>', table) == in_file_order
+    for row in scorecard_rows(data, ids):  # every field of the scorecard row, escaped, in the row or folded under it
+        part = table.split(f'<span data-key="id">{row["id"]}</span>', 1)[1].split("</tr>", 1)[0]
+        for key, _ in COLUMNS:
+            assert f'data-key="{key}">{html.escape(row[key])}</' in part, (row["id"], key)
+    assert table.count("<details>") == 3
