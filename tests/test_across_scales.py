@@ -220,3 +220,20 @@ def test_the_index_links_the_scorecard_only_beside_another_study(studies, tmp_pa
         html = out.read_text()
         assert ('href="../scorecard.html"' in html) is linked
     assert "beside those of large" in html and "snakemake scorecard --configfile config/x.yaml" in html
+
+
+def test_one_forest_per_study_with_its_own_verdicts(page, studies):
+    html, data = page
+    figures = re.findall(r'<figure style="margin:0" data-study="(\w+)">.*?(<svg.*?</svg>)', html, re.S)
+    assert [name for name, _ in figures] == data["studies"]
+    for name, svg in figures:
+        claims = json.loads((studies[name] / "verdicts.json").read_text())["claims"]
+        assert re.findall(r'data-claim="([^"]+)" data-verdict="([^"]+)"', svg) == \
+            [(c["id"], c["verdict"]) for c in claims]
+        groups = re.findall(r'data-claim="([^"]+)"[^>]*>(.*?)</g>', svg, re.S)
+        drawn = {cid: tuple(map(float, m.groups())) for cid, body in groups
+                 if (m := re.search(r'data-lo="([^"]+)" data-hi="([^"]+)"', body))}
+        for c in claims:
+            if c["id"] in drawn:
+                assert drawn[c["id"]] == (c["ci_low"], c["ci_high"]), (name, c["id"])
+        assert drawn, name

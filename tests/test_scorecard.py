@@ -20,12 +20,15 @@ from timestep_lab.workflow.collect import write_verdicts
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cells(html: str) -> list[list[str]]:
-    """Text of every cell of every row of the scorecard table (the first <table> of the page)."""
+def _cells(html: str) -> tuple[list[str], list[dict[str, str]]]:
+    """The scorecard table's headers, and per row the text of every field by its key (the compact
+    row's cells and those folded under it in <details>)."""
     table = html.split('<table class="text scorecard">', 1)[1].split("</table>", 1)[0]
     rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table, flags=re.S)
-    return [[unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", r, re.S)]
-            for r in rows]
+    headers = [unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<th[^>]*>(.*?)</th>", rows[0], re.S)]
+    return headers, [{k: unescape(re.sub(r"<[^>]+>", "", v)).strip()
+                      for _, k, v in re.findall(r'<(span|dd|b|td)[^>]* data-key="(\w+)">(.*?)</\1>', r, re.S)}
+                     for r in rows[1:]]
 
 
 @pytest.fixture
@@ -75,10 +78,13 @@ def test_index_has_a_verdict_column_with_intervals(verdicts, tmp_path):
                        summary=summary, verdicts=verdicts, reports=["sampler_comparison.html"],
                        config_source="config/x.yaml")
     html = out.read_text()
-    rows = _cells(html)
-    assert rows[0] == [h for _, h in COLUMNS] and "direction verdict" in rows[0] and "size verdict" in rows[0]
-    keys = [k for k, _ in COLUMNS]
-    body = {c.id: dict(zip(keys, r)) for c, r in zip(CLAIMS, rows[1:])}
+    headers, rows = _cells(html)
+    # compact: four columns fit the page; the rest of COLUMNS is folded under each row
+    assert headers == ["claim (source, where)", "verdict", "our paired difference [95% CI]", "n seeds"]
+    assert all(set(r) == {"id", *(k for k, _ in COLUMNS)} for r in rows)
+    assert [r["id"] for r in rows] == [c.id for c in CLAIMS]
+    body = {r["id"]: r for r in rows}
+    assert html.count("<details>") == len(CLAIMS)
     for c in CLAIMS:  # every row: the source, where in it, and its own words
         assert c.paper in body[c.id]["claim"] and c.where in body[c.id]["claim"] and c.quote in body[c.id]["claim"]
     speed = body["speed_faster"]

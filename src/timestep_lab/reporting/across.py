@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from timestep_lab.artifacts.io import atomic_write_text
 from timestep_lab.evidence.scaling import TRENDS, effective_verdict, trend
+from timestep_lab.reporting.forest import forest_rows, forest_svg
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import format_difference, format_ratio, size_text
 from timestep_lab.reporting.study_scale import StudyScale
@@ -149,7 +150,9 @@ def render_scorecard(template: str | Path, out_html: str | Path, studies: Sequen
     data = scorecard_data(studies)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(template).parent)), autoescape=True,
                              undefined=jinja2.StrictUndefined)
-    page = env.get_template(Path(template).name).render(css=PAGE_CSS, skipped=list(skipped),
+    # one forest per study (a column of points each): its differences are in its own FID, never one axis
+    forests = {s.name: forest_svg(forest_rows(s.verdicts)) for s in studies}
+    page = env.get_template(Path(template).name).render(css=PAGE_CSS, skipped=list(skipped), forests=forests,
                                                         labels={s.name: s.fid_label for s in studies}, **data)
     atomic_write_text(out_html, page)
     return data

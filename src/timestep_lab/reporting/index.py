@@ -19,6 +19,7 @@ from timestep_lab.arithmetic import LEVELS
 from timestep_lab.artifacts.io import atomic_write_text, read_json
 from timestep_lab.cost.measured import estimate_vs_measured, local_rules, study_cost
 from timestep_lab.evidence.convergence import PLATEAU_DROP
+from timestep_lab.reporting.forest import forest_rows, forest_svg
 from timestep_lab.reporting.render import PAGE_CSS
 from timestep_lab.reporting.scorecard import (
     COLUMNS,
@@ -65,7 +66,8 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
                              undefined=jinja2.StrictUndefined)
     page = env.get_template(Path(template).name).render(
         study=study, summary=summary_data, css=PAGE_CSS, config_source=config_source,
-        scorecard=card, columns=COLUMNS, headline=headline_rows(summary_data, verdict_data),
+        scorecard=card, columns=COLUMNS, forest=forest_svg(forest_rows(verdict_data)) if card else "",
+        headline=headline_rows(summary_data, verdict_data),
         protocol=protocol_lines(summary_data, reproducibility), family=family_lines(verdict_data, summary_data),
         code_mixed=bool((summary_data.get("code") or {}).get("mixed")),
         code_identities=len((summary_data.get("code") or {}).get("identities") or []),

@@ -37,7 +37,9 @@ from IPython.display import HTML, Markdown, display
 from timestep_lab.artifacts.floor import headline_tool
 from timestep_lab.artifacts.identity import describe, distinct
 from timestep_lab.evidence.verdicts import speedup_text
-from timestep_lab.reporting.scorecard import COLUMNS, format_difference, load_verdicts, scorecard_rows
+from timestep_lab.reporting.compact import compact_table
+from timestep_lab.reporting.forest import forest_rows, forest_svg
+from timestep_lab.reporting.scorecard import format_difference, load_verdicts, scorecard_rows
 
 __all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup", "show_verdicts", "comparison_table",
            "show_comparisons", "speedup_seed_table", "show_speedup_seeds", "code_text"]
@@ -152,16 +154,18 @@ def show_verdicts(verdicts_json: str | Path | None, ids: Iterable[str]) -> None:
         display(Markdown("**Verdicts.** This report tests none of the papers' claims on the scorecard "
                          "(`index.html`): its numbers describe what happened and state no finding."))
         return
-    rows = scorecard_rows(load_verdicts(verdicts_json), ids)
+    data = load_verdicts(verdicts_json)
+    rows = scorecard_rows(data, ids)
     if not rows:
         display(Markdown("**Verdicts.** _No verdicts.json for this study yet._"))
         return
-    table = pd.DataFrame([{header: r[key] for key, header in COLUMNS} for r in rows])
     display(Markdown("**Verdicts on the claims this report covers**, direction and size side by side (paired by "
                      "seed, 95% interval and p on the scorecard's calibration (it holds under skewed seeds), p Holm-adjusted "
                      "across the whole scorecard as on `index.html`; "
                      "docs/methods.md §9):"))
-    display(HTML(table.to_html(index=False, escape=True)))
+    keep = set(ids)
+    display(HTML(forest_svg(forest_rows({"claims": [c for c in data.get("claims", []) if c.get("id") in keep]}))))
+    display(HTML(compact_table(rows)))
 
 
 _DIRECTION = {"reproduced": "lower than the baseline", "contradicted": "higher than the baseline",

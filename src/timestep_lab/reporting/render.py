@@ -25,11 +25,16 @@ PAGE_CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 1100px; margin: 2em auto;
        padding: 0 1.5em; color: #1d1d1f; line-height: 1.5; }
 h1 { border-bottom: 2px solid #ddd; padding-bottom: .3em; } h2 { margin-top: 1.8em; }
-table { border-collapse: collapse; margin: 1em 0; font-size: .92em; }
+table { border-collapse: collapse; margin: 1em 0; font-size: .92em; display: block; max-width: 100%;
+        overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: .3em .7em; text-align: right; vertical-align: top; }
 th { background: #f4f4f6; } td:first-child, th:first-child { text-align: left; }
-table.text td, table.text th { text-align: left; }
+table.text td, table.text th { text-align: left; } table.text td.num { text-align: right; white-space: nowrap; }
+details summary { cursor: pointer; color: #555; font-size: .9em; } details dt { font-weight: bold; margin-top: .4em; }
+details dd { margin-left: 1em; }
 img { max-width: 100%; height: auto; }
+.scroll { overflow-x: auto; max-width: 100%; } td { overflow-wrap: anywhere; }
+svg.forest { display: block; margin: 1em 0; }
 pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
 .jp-OutputPrompt, .jp-InputPrompt, .prompt { display: none; }
 .note { background: #fff8e1; border-left: 4px solid #f0b400; padding: .5em 1em; }
