@@ -97,13 +97,13 @@ def test_verdicts_cover_every_claim_and_the_index_shows_them(study):
     assert control["seeds"] == [0, 1] and control["off_diagonal"]["n"] == 2
     assert by_id["slot_interference"]["verdict"] != "not run"
     index = (rep / "index.html").read_text()
-    assert "<th>direction verdict</th>" in index and "<th>size verdict</th>" in index
+    assert "<th>verdict</th>" in index and "<th>size</th>" in index  # the compact table; the papers' numbers table
     assert "our paired difference [95% CI]" in index and "Family: " in index
     floor = json.loads((res / "eval" / "floor.json").read_text())  # the regime's floor, copied into the summary
     assert floor["format"] == "timestep_lab.floor/1" and {r["tool"] for r in floor["records"]} == {"torch-fidelity", "clean-fid"}
     assert json.loads((res / "summary.json").read_text())["floor"] == floor
     for c in claims:
-        assert f"<b>{c['verdict']}</b>" in index
+        assert f'<b data-key="verdict">{c["verdict"]}</b>' in index
     assert "±" not in index  # no unpaired mean ± std on the index
     slot_page = (rep / "slot_finetune.html").read_text()
     assert "uniform control" in slot_page and "Verdicts on the claims this report covers" in slot_page
