@@ -53,15 +53,6 @@ def test_every_group_has_its_notebook_and_every_config_group_a_record():
     assert set(baselines()) == {g.name for g in GROUPS if g.baseline is not None}
 
 
-def test_dvc_repro_depends_on_every_notebook_and_template():
-    """dvc.yaml's one stage reruns when any group's notebook or a page template changes (it missed
-    the flow-matching notebook and the scorecard template before), and names only files that exist."""
-    deps = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["study"]["deps"]
-    wanted = {f"reports/{g.report}.py" for g in GROUPS} | {p.relative_to(ROOT).as_posix() for p in (ROOT / "reports").glob("*.j2")}
-    assert wanted <= set(deps), sorted(wanted - set(deps))
-    assert all((ROOT / d).exists() for d in deps), [d for d in deps if not (ROOT / d).exists()]
-
-
 def test_a_group_without_a_record_is_refused_naming_the_recorded_ones():
     with pytest.raises(ConfigError, match=r"groups\.sampler_comparisons: not a study group; the recorded ones are "
                                           r"sampler_comparison, schedules"):
@@ -118,18 +109,3 @@ def test_a_new_group_by_the_recipe_alone_reaches_every_layer(tmp_path):
     assert sorted(files) == sorted(["src/timestep_lab/groups/entries.py", f"reports/{NAME}.py", "config/race.yaml",
                                     "dvc.yaml"])
 
-
-def test_the_docs_name_the_training_streams_the_code_draws_from():
-    """Pairing by seed rests on separate data, t and noise streams (train/step.py StepGenerators):
-    the design and methods documents say so, with the seeds the code uses."""
-    import inspect
-
-    from timestep_lab.train.step import StepGenerators
-
-    assert StepGenerators.STREAMS == ("data", "t", "noise")
-    assert "for k in (1, 2, 3)" in inspect.getsource(StepGenerators.__init__)
-    design, methods = ((ROOT / "docs" / f).read_text() for f in ("design.md", "methods.md"))
-    assert "one device generator" not in design + methods
-    for stream, k in (("data", 1), ("t", 2), ("noise", 3)):
-        assert f"device generator `{stream}`, `manual_seed(train.seed + {k})`" in design
-    assert "three device generators seeded `train.seed + 1`, `+ 2` and `+ 3`" in methods

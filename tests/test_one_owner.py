@@ -63,3 +63,21 @@ def test_the_headline_tool_and_floor_format_are_spelled_once():
             if '"timestep_lab.floor/1"' in p.read_text() or '("torch-fidelity", "clean-fid")' in p.read_text()]
     # the config schema lists the tools a study may choose (validation), not which one is the headline
     assert hits == ["config/schema.py"], hits
+
+def test_the_docs_name_the_training_streams_the_code_draws_from():
+    """Pairing by seed rests on separate data, t and noise streams (train/step.py StepGenerators):
+    the design and methods documents say so, with the seeds the code uses."""
+    import inspect
+
+    from timestep_lab.train.step import StepGenerators
+
+    assert StepGenerators.STREAMS == ("data", "t", "noise")
+    assert "for k in (1, 2, 3)" in inspect.getsource(StepGenerators.__init__)
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    design, methods = ((docs / f).read_text() for f in ("design.md", "methods.md"))
+    assert "one device generator" not in design + methods
+    for stream, k in (("data", 1), ("t", 2), ("noise", 3)):
+        assert f"device generator `{stream}`, `manual_seed(train.seed + {k})`" in design
+    assert "three device generators seeded `train.seed + 1`, `+ 2` and `+ 3`" in methods

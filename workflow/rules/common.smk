@@ -344,7 +344,7 @@ def prediction_runs():
 
 
 def _optim_schedule(run):
-    return RUNS[run].config.get("optim", {}).get("schedule", {}).get("name", "constant")
+    return W.arm_columns(RUNS[run].config, RUNS[run].init_from)["optim_schedule"]
 
 
 def consistency_runs():

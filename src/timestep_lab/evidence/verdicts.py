@@ -62,13 +62,12 @@ def _in_group(df: pd.DataFrame, group: str) -> pd.DataFrame:
 def _same(column: pd.Series, value: Any) -> pd.Series:
     """``column == value`` as the run table's values are read back from CSV: numbers by value (a
     width column with an empty cell reads 16.0), the rest (names, booleans) by their text."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return column.astype(str) == str(value)
-    if isinstance(value, bool):
-        return column.astype(str) == str(value)
-    return pd.to_numeric(column, errors="coerce") == number
+    if not isinstance(value, bool):
+        try:
+            return pd.to_numeric(column, errors="coerce") == float(value)
+        except (TypeError, ValueError):
+            pass
+    return column.astype(str) == str(value)
 
 
 def select_arm(df: pd.DataFrame, selector: Mapping[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
 """The study groups: one record per group (:mod:`.record`), the registry (:mod:`.entries`).
 
-``GROUPS`` (report order), ``group(name)``, ``config_groups()`` (the names a study config may
+``GROUPS`` (report order), ``config_groups()`` (the names a study config may
 use under ``groups:``) and ``baselines()`` (what the verdicts compare each group against).
 Pure Python: the Snakefile imports it at DAG build.
 """
@@ -12,21 +12,13 @@ from typing import Any, Mapping
 from timestep_lab.groups.entries import GROUPS
 from timestep_lab.groups.record import NEEDS, REPORT_INPUT_KINDS, StudyGroup
 
-__all__ = ["GROUPS", "StudyGroup", "REPORT_INPUT_KINDS", "NEEDS", "RUN_GPU_RULES", "group", "config_groups", "baselines",
+__all__ = ["GROUPS", "StudyGroup", "REPORT_INPUT_KINDS", "NEEDS", "RUN_GPU_RULES", "config_groups", "baselines",
            "gpu_rules"]
 
 #: The rules every study runs per trained run or on its data that need a GPU on a cuda study: training,
 #: scoring and FID during training, the reference statistics and the floor (what the groups add is
 #: in their records)
 RUN_GPU_RULES = ("train", "sample_score", "evaluate_progress", "reference_stats", "floor")
-
-
-def group(name: str) -> StudyGroup:
-    """The record of the study group ``name``; KeyError naming the known ones."""
-    for g in GROUPS:
-        if g.name == name:
-            return g
-    raise KeyError(f"no study group {name!r}; known: {', '.join(g.name for g in GROUPS)}")
 
 
 def config_groups() -> tuple[str, ...]:
