@@ -208,6 +208,19 @@ def slurm_cluster(tmp_path_factory):
 
 from worktree import copy_worktree, study_env  # noqa: E402,F401  (one copy and one env for every workflow test)
 
+STEADY_POLL = Path(__file__).resolve().parent / "snakemake_steady_poll.py"
+
+
+def snakemake_command(env: dict[str, str], slurm: bool = False) -> list[str]:
+    """The snakemake of ``env``'s first PATH entry (the venv); ``slurm``: through
+    tests/snakemake_steady_poll.py, whose SLURM executor checks job states every few seconds
+    instead of backing off to minutes."""
+    bin_dir = Path(env["PATH"].split(os.pathsep)[0])
+    if slurm:
+        return [str(bin_dir / "python"), str(STEADY_POLL)]
+    exe = bin_dir / "snakemake"
+    return [str(exe) if exe.exists() else "snakemake"]
+
 
 def run_snakemake(args: list[str], cwd: Path, env: dict[str, str], timeout: float, log_path: Path | None = None):
     """snakemake ``args`` in ``cwd``; (returncode, combined output, seconds). Never raises on
@@ -216,8 +229,7 @@ def run_snakemake(args: list[str], cwd: Path, env: dict[str, str], timeout: floa
     import subprocess
     import time
 
-    exe = Path(env["PATH"].split(os.pathsep)[0]) / "snakemake"
-    cmd = [str(exe) if exe.exists() else "snakemake", *args]
+    cmd = [*snakemake_command(env, slurm="cluster" in args), *args]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)

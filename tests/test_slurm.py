@@ -11,7 +11,6 @@ a throwaway single-node cluster started by the `slurm_cluster` fixture (root onl
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import CLUSTER_REHEARSAL, copy_worktree, slurm_args, study_env
+from conftest import CLUSTER_REHEARSAL, copy_worktree, slurm_args, snakemake_command, study_env
 from test_paper_rehearsals import check_rehearsal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]
@@ -107,11 +106,10 @@ def test_scancel_train_job_is_retried(slurm_cluster, tmp_path):
     run_dir = root / "results" / "scancel" / "runs" / RUN
     targets = [f"results/scancel/runs/{RUN}/model.pt", f"results/scancel/runs/{RUN}/metrics.json"]
     args = ["--configfile", configfile, *slurm_args(slurm_cluster), *targets]
-    exe = Path(env["PATH"].split(os.pathsep)[0]) / "snakemake"
     log_path = root / "scancel.log"
     start = time.monotonic()
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([str(exe), *args], cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([*snakemake_command(env, slurm=True), *args], cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         # wait until the train job runs and training has begun (train_log.jsonl), then kill it

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import copy_worktree, slurm_args, study_env
+from conftest import copy_worktree, slurm_args, snakemake_command, study_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]
 
@@ -56,7 +56,6 @@ def test_train_job_signalled_at_its_time_limit_resumes_bit_exactly(slurm_cluster
     # the prepared digits of the session (what the prepare_data job would write): no SLURM job for it
     shutil.copytree(digits_dir, root / "data" / "prepared" / "digits-train")
     env = study_env(slurm_cluster)
-    exe = Path(env["PATH"].split(os.pathsep)[0]) / "snakemake"
     # sbatch as the executor calls it, recorded: the profile must ask for the warning
     spy, calls = tmp_path / "spy", tmp_path / "sbatch-calls.txt"
     spy.mkdir()
@@ -70,7 +69,7 @@ def test_train_job_signalled_at_its_time_limit_resumes_bit_exactly(slurm_cluster
     log_path = root / "timelimit.log"
     start = time.monotonic()
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([str(exe), *args], cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([*snakemake_command(env, slurm=True), *args], cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         # the train job has logged its first step: send it the time-limit warning
