@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from page_overflow import chromium, overflowing
+from page_overflow import chromium, overflowing, overflowing_pages
 from test_scorecard import verdicts  # noqa: F401 - the synthetic study's verdicts.json fixture
 
 from timestep_lab.reporting import render_index
@@ -73,6 +73,25 @@ def test_the_index_fits_a_1280px_window(verdicts, tmp_path):  # noqa: F811
     page = tmp_path / "index.html"
     _index(verdicts, tmp_path)
     assert overflowing(page) == []
+
+
+def test_the_index_carries_its_style_sheet_unescaped(verdicts, tmp_path):  # noqa: F811
+    """The page's CSS reaches the browser as written: HTML-escaped quotes (``&#34;``) would void
+    every rule with a quoted value or selector (the font, the verdict cell's word breaking)."""
+    from timestep_lab.reporting import PAGE_CSS
+
+    _index(verdicts, tmp_path)
+    style = (tmp_path / "index.html").read_text().split("<style>", 1)[1].split("</style>", 1)[0]
+    assert style.strip() == PAGE_CSS.strip() and 'b[data-key="verdict"]' in style
+
+
+@pytest.mark.skipif(chromium() is None, reason="no chromium (CI installs it)")
+def test_the_overflow_check_sees_what_passes_the_window_outside_a_scroll_container(tmp_path):
+    wide, fits = tmp_path / "wide.html", tmp_path / "fits.html"
+    wide.write_text('<html><body><div class="w" style="width:2000px">x</div><div style="overflow-x:auto">'
+                    '<table style="width:3000px"><tr><td>y</td></tr></table></div></body></html>')
+    fits.write_text("<html><body><p>ok</p></body></html>")
+    assert overflowing_pages([wide, fits]) == {"wide.html": ["DIV.w:2008"], "fits.html": []}
 
 
 def test_a_group_report_shows_its_claims_forest_and_compact_table(verdicts, monkeypatch):  # noqa: F811

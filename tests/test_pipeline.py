@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 from golden.record_smoke_metrics import fingerprint, metric_values
+from page_overflow import chromium, overflowing_pages
 from worktree import ROOT, children_cpu_s, copy_worktree, run, study_env
 
 from timestep_lab.artifacts.io import load_torch
@@ -59,6 +60,17 @@ def test_every_report_renders_self_contained_with_its_plots(study):
         assert f'href="{name}.html"' in index, f"index.html does not link {name}"
     # the headline table puts our numbers beside the papers'
     assert "paper: baseline" in index and "FID (digits-CNN features)" in index
+
+
+@pytest.mark.skipif(chromium() is None, reason="no chromium (CI installs it)")
+def test_the_index_and_every_report_fit_a_1280px_window(study):
+    """Opened in headless Chromium at 1280 px, nothing on the index or any report reaches past the
+    window's right edge outside a scroll container (one Chromium launch for all pages)."""
+    pages = sorted((study.root / "reports" / "smoke").glob("*.html"))
+    assert {"index.html", *(f"{n}.html" for n in REPORTS)} <= {p.name for p in pages}
+    assert overflowing_pages(pages) == {p.name: [] for p in pages}
+    index = (study.root / "reports" / "smoke" / "index.html").read_text()
+    assert '<svg xmlns="http://www.w3.org/2000/svg" class="forest"' in index  # the scorecard's forest plot
 
 
 def test_collected_metrics_are_tidy_and_carry_the_protocol(study):

@@ -34,6 +34,7 @@ details summary { cursor: pointer; color: #555; font-size: .9em; } details dt { 
 details dd { margin-left: 1em; }
 img { max-width: 100%; height: auto; }
 .scroll { overflow-x: auto; max-width: 100%; } td { overflow-wrap: anywhere; }
+b[data-key="verdict"] { display: inline-block; overflow-wrap: normal; }  /* breaks between words, never inside one */
 svg.forest { display: block; margin: 1em 0; }
 pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
 .jp-OutputPrompt, .jp-InputPrompt, .prompt { display: none; }
