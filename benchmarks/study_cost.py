@@ -23,9 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from timestep_lab.cost.measured import format_cost, local_rules, logs_dir_of, study_cost
+from timestep_lab.cost.measured import format_cost, logs_dir_of, study_cost
 
-ROOT = Path(__file__).resolve().parents[1]
 STARTUP = "import os, torch, timestep_lab.cli; os._exit(0)"
 SCORING_STARTUP = "import os, torch, torchvision, torch_fidelity, cleanfid, timestep_lab.cli; os._exit(0)"
 
@@ -50,17 +49,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="charge every job the imports of a scoring job (torchvision, torch-fidelity, clean-fid): an upper bound")
     p.add_argument("--logs", type=Path, default=None, help="the study's job logs (default: logs/<study> beside results/)")
     args = p.parse_args(argv)
-    local = local_rules(sorted((ROOT / "workflow" / "rules").glob("*.smk")))
     try:
-        costs = study_cost(args.results_dir, args.logs or logs_dir_of(args.results_dir), local)
+        costs = study_cost(args.results_dir, args.logs or logs_dir_of(args.results_dir))
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     startup = None if args.no_startup else startup_cpu_seconds(SCORING_STARTUP if args.startup_imports else STARTUP)
-    print(format_cost(costs, startup_cpu_s=startup, local=local))
+    print(format_cost(costs, startup_cpu_s=startup))
     if args.json:
         args.json.write_text(json.dumps({"rules": [c.as_dict() for c in costs.values()],
-                                         "startup_cpu_s_per_job": startup, "local_rules": sorted(local)}, indent=2))
+                                         "startup_cpu_s_per_job": startup}, indent=2))
     return 0
 
 

@@ -62,23 +62,23 @@ def _make(root: Path, name: str) -> Path:
     if name == "large":
         manifest["padding"] = "28x28 zero-padded by 2 pixels on every side to 32x32"
     (root / data / "manifest.json").write_text(json.dumps(manifest))
-    # two training jobs (one with its exact usage line) and a local rule's job (Snakemake's own process)
+    # two training jobs (one with its exact usage line, one as Snakemake sampled it) and the verdicts job
+    # (its usage line: every job is a command; its benchmark sampled more, the usage line wins)
     _bench(res / "benchmarks" / "train" / "a.tsv", (10.0, 300.0, 9.5))
     _bench(res / "benchmarks" / "train" / "b.tsv", (12.0, 320.0, 11.5))
     _bench(res / "benchmarks" / "verdicts" / "verdicts.tsv", (0.5, 900.0, 250.0))
     logs = root / "logs" / name / "train"
     logs.mkdir(parents=True)
     (logs / "a.log").write_text("timestep_lab usage: cpu_s=40.250 max_rss_mb=350.5\n")
+    (logs.parent / "verdicts").mkdir()
+    (logs.parent / "verdicts" / "verdicts.log").write_text("timestep_lab usage: cpu_s=1.500 max_rss_mb=200.0\n")
     return res
 
 
 @pytest.fixture(scope="module")
 def studies(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("scales")
-    rules = root / "workflow" / "rules"
-    rules.mkdir(parents=True)
-    (rules / "verdicts.smk").write_text("localrules:\n    verdicts,\n")
-    return {"root": root, "rules": rules, **{name: _make(root, name) for name in STUDIES}}
+    return {"root": root, **{name: _make(root, name) for name in STUDIES}}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def page(studies, tmp_path_factory):
     """The command run on both studies, the larger named first."""
     out = tmp_path_factory.mktemp("page")
     argv = ["scorecard", str(studies["large"]), str(studies["small"]), "--out", str(out / "scorecard.html"),
-            "--json", str(out / "scorecard.json"), "--rules", str(studies["rules"]),
+            "--json", str(out / "scorecard.json"),
             "--template", str(ROOT / "reports" / "scorecard.html.j2")]
     assert main(argv) == 0
     return (out / "scorecard.html").read_text(), json.loads((out / "scorecard.json").read_text())
@@ -171,20 +171,21 @@ def test_the_scales_and_their_cost(page, studies):
     net = build_model(tiny_config("x", model=MODEL), 32, 1)
     n = sum(p.numel() for p in net.parameters())
     assert large["parameters"].startswith(f"{n:,} (") and count_parameters({"model": MODEL}, 32, 1) == n
-    # cost: train a from its usage line (40.25 exact), b as sampled (11.5); verdicts is local: 0 CPU
-    assert small["CPU, measured"].startswith("52 s (0.01 h) over 3 jobs (1 from their own usage line)")
+    # cost: train a from its usage line (40.25 exact), b as sampled (11.5), verdicts from its usage line (1.5)
+    assert small["CPU, measured"].startswith("53 s (0.01 h) over 3 jobs (2 from their own usage line)")
     assert small["job wall time, summed"].startswith("22 s") and "not the elapsed time" in small["job wall time, summed"]
     assert small["estimate before the run"] == "no estimate.json"
     # each study's family says what its p-values were referred to, and the condition of its promise
     assert "on the 'skew_envelope' calibration: a study with no true effect" in small["claims judged / family"]
     assert "lognormal of log-SD 1" in small["claims judged / family"]
-    study = read_study(studies["small"])  # without the rule files the local rule's sampled CPU counts
-    assert study.cost["cpu_s"] == pytest.approx(40.25 + 11.5 + 250.0) and "local rules" in study.notes[0]
+    study = read_study(studies["small"])
+    assert study.cost["cpu_s"] == pytest.approx(40.25 + 11.5 + 1.5) and study.cost["exact_jobs"] == 2
 
 
 def test_the_page_is_self_contained_and_warns_against_comparing_fids(page):
     html, data = page
     assert network_references(html) == []
+    assert 'font-family: -apple-system, "Segoe UI"' in html  # the style sheet as written, not HTML-escaped
     text = _text(html)
     assert "FID values are not comparable across these columns" in text and "never raw FIDs" in text
     assert "small: FID (digits-CNN features); large: FID (mnist-cnn features)" in text

@@ -98,6 +98,13 @@ def _table(f) -> dict[tuple[str, str], list]:
         "contribution", "--model", model_, "--gt-data", gt, "--ranges", "1", "500", "--num-samples", "4",
         "--method", "ddim", "--steps", "10", "--min-steps", "1", "--bootstrap", "2", "--reference", ref, *ev,
         "--out-dir", out / "ct", "--out", out / "ct.json", *extra]
+    coll = [f"--metrics={out / 'metrics.csv'}", f"--runs={out / 'runs.csv'}", f"--summary={out / 'summary.json'}"]
+    dvc = lambda summary=prof, profile=prof, metrics=f["list_yaml"]: [  # noqa: E731
+        "dvc-export", f"--summary={summary}", f"--metrics-csv={metrics}", f"--profile={profile}",
+        f"--metrics-out={out / 'dvc.json'}", f"--fid-progress-out={out / 'fp.csv'}", f"--loss-profile-out={out / 'lp.csv'}"]
+    idx = lambda template="reports/index.html.j2", summary=prof, verdicts=prof: [  # noqa: E731
+        "index", f"--template={template}", f"--out={out / 'index.html'}", "--study=x", "--config-source=x.yaml",
+        f"--summary={summary}", f"--verdicts={verdicts}"]
     return {
         ("prepare", "empty"): ["prepare", "celebahq", "--source", f["empty_dir"], "--out", out / "p", "--resolution", "8"],
         ("prepare", "out of range"): ["prepare", "celebahq", "--source", f["empty_dir"], "--out", out / "p",
@@ -229,6 +236,23 @@ def _table(f) -> dict[tuple[str, str], list]:
         ("verdicts", "out of range"): ["verdicts", f"--metrics-csv={f['list_yaml']}", "--base=[64]", f"--out={out / 'v.json'}"],
         ("verdicts", "garbled"): ["verdicts", f"--metrics-csv={f['garbled']}", f"--out={out / 'v.json'}"],
         ("verdicts", "wrong shape"): ["verdicts", f"--metrics-csv={f['list_yaml']}", f"--out={out / 'v.json'}"],
+        ("run-config", "empty"): ["run-config", "--config-json={}", f"--slots={f['empty_file']}", f"--out={out / 'run.yaml'}"],
+        ("run-config", "out of range"): ["run-config", '--config-json={"train": {"batch_size": 0}}', f"--out={out / 'run.yaml'}"],
+        ("run-config", "garbled"): ["run-config", "--config-json={}", f"--slots={f['garbled']}", f"--out={out / 'run.yaml'}"],
+        ("run-config", "wrong shape"): ["run-config", "--config-json={}", f"--slots={prof}", f"--out={out / 'run.yaml'}"],
+        ("collect", "empty"): ["collect", "--study={}", f"--results={f['empty_dir']}", *coll],
+        ("collect", "out of range"): ["collect", "--study=[64]", f"--results={f['empty_dir']}", *coll],
+        ("collect", "garbled"): ["collect", '--study={"study": "x"}', f"--results={f['garbled']}", *coll],
+        ("collect", "wrong shape"): ["collect", '--study={"study": "x", "groups": 5}', f"--results={f['empty_dir']}",
+                                     *coll],
+        ("dvc-export", "empty"): dvc(summary=f["empty_file"]),
+        ("dvc-export", "out of range"): dvc(profile=f["uneven_profile"]),
+        ("dvc-export", "garbled"): dvc(summary=f["garbled"]),
+        ("dvc-export", "wrong shape"): dvc(metrics=f["list_yaml"]),
+        ("index", "empty"): idx(summary=f["empty_file"]),
+        ("index", "out of range"): idx(template=f["tmp"] / "no-such.j2"),
+        ("index", "garbled"): idx(summary=f["garbled"]),
+        ("index", "wrong shape"): idx(verdicts=prof),
         ("estimate", "empty"): ["estimate", f["empty_file"]],
         ("estimate", "out of range"): ["estimate", "config/smoke.yaml", "--gpu", "z9000"],
         ("estimate", "garbled"): ["estimate", f["garbled"]],

@@ -239,6 +239,18 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
+def _leaves(value):
+    """The plain values in a parsed option: a list's items, a JSON object's (a study's or a run's
+    config) leaves, at any depth."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
 def _check_option_form(argv: list[str], parser: argparse.ArgumentParser) -> None:
     """Every option that takes one value is ``--flag=value``; the values of a multi-value option
     (``--finetuned A B``) and positionals never start with '-' (else they would be options)."""
@@ -298,8 +310,7 @@ def test_every_rule_renders_hostile_paths_as_literal_option_values(tmp_path):
                 _check_option_form(argv[3:], parsers[command])
                 ns = build_parser().parse_args(argv[2:])  # what the command would receive
                 for value in vars(ns).values():
-                    for v in value if isinstance(value, list) else [value]:
-                        parsed_values.add(str(v))
+                    parsed_values.update(str(v) for v in _leaves(value))
         assert not _pwned(root, tmp_path), f"{study}: a value ran as a command"
         # every hostile path reached some command as one argument, verbatim (not a wildcard, not a flag)
         for value in hostile:

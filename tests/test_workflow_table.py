@@ -385,3 +385,23 @@ def test_arm_columns_of_the_default_study():
     assert cols[f"toward_zero_from-{small}"]["init_from"] == small == cols[f"uniform_from-{small}"]["init_from"]
     assert cols[small]["init_from"] == "none"
     assert {cols[r]["total_kimg"] for r, run in runs.items() if "flow_matching" in run.groups} == {6}
+
+
+@pytest.mark.parametrize("name", ["config", "smoke", "mnist", "digits-full", "cifar10", "celebahq", "imagenet"])
+def test_the_collect_command_rebuilds_the_run_table_the_dag_has(name):
+    """The collect job gets the study as one JSON word (workflow/rules/evaluate.smk) and rebuilds
+    the run table from it: the same run ids, axes, groups and columns as the workflow's own table
+    (run ids slug overrides in their written order, so the word keeps the config's key order)."""
+    import json
+    from pathlib import Path
+
+    from snakemake.utils import validate
+
+    from timestep_lab.config import load_yaml
+    from timestep_lab.workflow import run_table
+
+    root = Path(__file__).resolve().parent.parent
+    cfg = load_yaml(root / "config" / f"{name}.yaml")
+    validate(cfg, str(root / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
+    word = json.dumps(cfg)  # what the rule passes
+    assert run_table(study_runs(json.loads(word))) == run_table(study_runs(cfg))

@@ -357,16 +357,12 @@ def momentum_runs():
     return [r for r in group_runs("consistency") if _optim_schedule(r) != "constant"]
 
 
-def run_columns(run):
-    """Per-run columns of runs.csv/metrics.csv beyond the grid axes: the values that tell arms
-    apart beyond the axes (timestep_lab.workflow.ARM_COLUMNS)."""
-    return W.arm_columns(RUNS[run].config, RUNS[run].init_from)
-
-
-def init_path(wildcards):
-    """The model a run starts from (written into its run config), or None."""
+def run_config_args(wildcards, input):
+    """The run-config command's optional options (the model the run starts from, the measured
+    slots), a list of words for ``{params.args:q}``."""
     run = RUNS[wildcards.run]
-    return model_path(run.init_from) if run.init_from else None
+    return [*W.opt("--init", model_path(run.init_from) if run.init_from else None),
+            *W.opt("--slots", input.get("slots"))]
 
 
 FLOOR = f"{RES}/eval/floor.json"  # the held-out split's FID against the training reference (rule floor)

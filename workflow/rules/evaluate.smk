@@ -163,15 +163,16 @@ rule collect:
         runs=f"{RES}/runs.csv",
         summary=f"{RES}/summary.json",
     params:
-        runs=lambda wc: {r: {"axes": RUNS[r].axes, "groups": list(RUNS[r].groups), "columns": run_columns(r)} for r in RUNS},
-        res=lambda wc: RES,
-        base=lambda wc: W.base_columns(config),
+        # the study as validated here: collect rebuilds its run table (timestep_lab.workflow.run_table)
+        study=json.dumps(config),  # key order kept: run ids slug overrides in their order
+        res=RES,
+        floor=lambda wc, input: W.opt("--floor", input.floor[0] if input.floor else None),
     log:
         f"{LOGS}/collect/collect.log",
     benchmark:
         f"{BENCH}/collect/collect.tsv",
-    run:
-        from timestep_lab.workflow.collect import collect  # pandas: imported by this job only, not at DAG build
-
-        collect(params.runs, params.res, output.metrics, output.runs, output.summary, floor_json=input.floor,
-                base=params.base)
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab collect --study={params.study:q} --results={params.res:q} {params.floor:q}"
+        " --metrics={output.metrics:q} --runs={output.runs:q} --summary={output.summary:q} > {log:q} 2>&1"

@@ -44,6 +44,18 @@ localrules:
     index,
 
 
+def index_args(wildcards, input):
+    """The index command's other options, a list of words for ``{params.args:q}``."""
+    return [f"--study={STUDY}", f"--config-source={CONFIG_SOURCE}",
+            f"--results-dir={os.path.dirname(input.summary)}",  # results/<study>: its benchmark files
+            f"--logs-dir={LOGS}",  # logs/<study>/<rule>/<job>.log: each job's exact CPU (its usage line)
+            # a rehearsal's index carries a banner: no number on it is a result
+            *W.opt("--rehearsal", json.dumps(config["rehearsal"], sort_keys=True) if config.get("rehearsal") else None),
+            # other studies with results: the index links reports/scorecard.html
+            *(["--scales", *scorecard_present()] if scorecard_present() else []),
+            f"--reproducibility={ARITHMETIC}"]  # the level asked for, beside the records' own
+
+
 rule report:
     input:
         unpack(lambda wc: {"notebook": f"reports/{wc.name}.py", **REPORTS_INPUTS[wc.name]}),
@@ -75,23 +87,17 @@ rule index:
     output:
         f"{REPORTS}/index.html",
     params:
-        study=STUDY,
-        config_source=CONFIG_SOURCE,
-        results_dir=lambda wc, input: os.path.dirname(input.summary),  # results/<study>: its benchmark files
-        logs_dir=LOGS,  # logs/<study>/<rule>/<job>.log: each job's exact CPU (its usage line)
-        rules_dir=os.path.join(workflow.basedir, "workflow", "rules"),  # which rules are local (no CPU of their own)
-        rehearsal=config.get("rehearsal"),  # a rehearsal's index carries a banner: no number on it is a result
-        scales=scorecard_present(),  # other studies with results: the index links reports/scorecard.html
-        reproducibility=ARITHMETIC,  # the level asked for, beside the records' own
+        args=index_args,
     log:
         f"{LOGS}/index/index.log",
     benchmark:
         f"{BENCH}/index/index.tsv",
-    run:
-        from timestep_lab.reporting import render_index
-
-        render_index(input.template, output[0], summary=input.summary, slots=input.slots, verdicts=input.verdicts,
-                     estimate=input.estimate, reports=list(input.reports), **dict(params.items()))
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab index --template={input.template:q} --out={output:q} --summary={input.summary:q}"
+        " --verdicts={input.verdicts:q} --slots={input.slots:q} --estimate={input.estimate:q}"
+        " --reports {input.reports:q} {params.args:q} > {log:q} 2>&1"
 
 
 rule estimate:

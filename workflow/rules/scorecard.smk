@@ -20,7 +20,6 @@ rule scorecard:
         json="reports/scorecard.json",
     params:
         results=lambda wc: [RES] + [f"results/{s}" for s in scorecard_others()],
-        rules_dir=os.path.join(workflow.basedir, "workflow", "rules"),
     log:
         f"{LOGS}/scorecard/scorecard.log",
     benchmark:
@@ -28,5 +27,5 @@ rule scorecard:
     conda:
         "../../envs/conda.yaml"
     shell:
-        "python -m timestep_lab scorecard --skip-missing --template={input.template:q} --rules={params.rules_dir:q}"
+        "python -m timestep_lab scorecard --skip-missing --template={input.template:q}"
         " --out={output.html:q} --json={output.json:q} -- {params.results:q} > {log:q} 2>&1"

@@ -44,8 +44,9 @@ rule dvc_export:
         f"{LOGS}/dvc_export/dvc_export.log",
     benchmark:
         f"{BENCH}/dvc_export/dvc_export.tsv",
-    run:
-        from timestep_lab.workflow.dvc_export import dvc_export  # pandas: imported by this job only
-
-        dvc_export(input.summary, input.metrics, input.profile, output.metrics, output.fid_progress,
-                   output.loss_profile)
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab dvc-export --summary={input.summary:q} --metrics-csv={input.metrics:q}"
+        " --profile={input.profile:q} --metrics-out={output.metrics:q} --fid-progress-out={output.fid_progress:q}"
+        " --loss-profile-out={output.loss_profile:q} > {log:q} 2>&1"

@@ -16,16 +16,17 @@ rule run_config:
     output:
         f"{RES}/runs/{{run}}/run.yaml",
     params:
-        config=lambda wc: RUNS[wc.run].config,
-        slot=lambda wc: RUNS[wc.run].extra.get("slot"),
-        init=init_path,
+        # the run's whole config, one JSON word: a changed hyperparameter reruns exactly this run
+        config=lambda wc: json.dumps(RUNS[wc.run].config),  # key order kept: it is the order of run.yaml
+        args=run_config_args,
     log:
         f"{LOGS}/run_config/{{run}}.log",
     benchmark:
         f"{BENCH}/run_config/{{run}}.tsv",
-    run:
-        W.write_run_config(params.config, output[0], init_from=params.init,
-                           slots_file=input.get("slots"), slot=params.slot)
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab run-config --config-json={params.config:q} {params.args:q} --out={output:q} > {log:q} 2>&1"
 
 
 rule train:

@@ -35,8 +35,8 @@ if _warm_start_wanted() and group_job_size(_sys.argv, workflow.remote_exec) >= M
 
 
 def _commands_to_run():
-    """How many shell jobs (`python -m timestep_lab ...`) this run starts; `run:` jobs run in
-    Snakemake itself. Jobs a checkpoint adds later are not known yet."""
+    """How many commands (`python -m timestep_lab ...`) this run starts (every job but the named
+    targets is one). Jobs a checkpoint adds later are not known yet."""
     return sum(1 for job in workflow.dag.needrun_jobs() if job.is_shell)
 
 

@@ -36,7 +36,7 @@ __all__ = [
     "COMMANDS", "FORMATS", "OUTPUT_OPTIONS", "command", "named_paths", "checkpoint_args", "config_args",
     "runtime_args", "load_run_config", "eval_config",
     "sample_config", "setup_torch", "world", "device", "log", "at_least", "finite_at_least", "code_identity",
-    "arithmetic_in_effect", "run_config_arg", "check_run_models", "seed_arg",
+    "arithmetic_in_effect", "run_config_arg", "check_run_models", "seed_arg", "json_object",
 ]
 
 log = logging.getLogger("timestep_lab")
@@ -106,6 +106,23 @@ def seed_arg(text: str) -> int:
 
 
 seed_arg.__name__ = "seed"
+
+
+def json_object(text: str) -> dict:
+    """An argparse ``type``: a JSON object (what the workflow passes as one quoted word: a study's
+    or a run's config, column values), else argparse's one-line usage error."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text[:80]!r}")
+    return value
+
+
+json_object.__name__ = "JSON object"
 
 
 def checkpoint_args(p: argparse.ArgumentParser, help: str = "checkpoint format of --model") -> None:

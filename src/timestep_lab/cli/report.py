@@ -1,5 +1,6 @@
 """The report commands: ``report`` executes a report notebook (jupytext .py) with papermill -> HTML;
-``scorecard`` puts several studies' verdicts side by side (the scorecard across scales).
+``index`` renders the study's front page; ``scorecard`` puts several studies' verdicts side by side
+(the scorecard across scales).
 
 The rendering is ``timestep_lab.reporting``. Must not know the entry (``timestep_lab.cli``) or
 other commands.
@@ -10,10 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.artifacts.io import ArtifactError, atomic_write_json
-from timestep_lab.cli.common import command, log
+from timestep_lab.artifacts.io import ArtifactError, atomic_write_json, read_json
+from timestep_lab.cli.common import command, json_object, log
 from timestep_lab.config import ConfigError
-from timestep_lab.reporting import render_notebook
+from timestep_lab.reporting import render_index, render_notebook
 from timestep_lab.reporting.across import render_scorecard, scorecard_data, scorecard_text
 from timestep_lab.reporting.study_scale import order_by_scale, read_study
 
@@ -41,6 +42,45 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--template", type=Path, required=True, help="reports/index.html.j2")
+    p.add_argument("--out", type=Path, required=True, help="reports/<study>/index.html to write")
+    p.add_argument("--study", required=True, help="the study's name")
+    p.add_argument("--config-source", required=True, help="the study's config file, as the page names it")
+    p.add_argument("--summary", type=Path, required=True, help="results/<study>/summary.json (the collect job's)")
+    p.add_argument("--verdicts", type=Path, required=True, help="results/<study>/verdicts.json")
+    p.add_argument("--slots", type=Path, default=None, help="analyses/slots.json, when measured")
+    p.add_argument("--estimate", type=Path, default=None, help="results/<study>/estimate.json, when priced")
+    p.add_argument("--reports", type=Path, nargs="*", default=[], help="the study's report pages, linked in this order")
+    p.add_argument("--results-dir", type=Path, default=None,
+                   help="results/<study>: its benchmark files give the measured cost per rule")
+    p.add_argument("--logs-dir", type=Path, default=None,
+                   help="logs/<study>: each job's log ends with its exact CPU (its usage line)")
+    p.add_argument("--rehearsal", type=json_object, default=None,
+                   help="the study config's rehearsal section as a JSON object: a banner says no number is a result")
+    p.add_argument("--scales", nargs="*", default=[], help="other studies with results: link the scorecard across scales")
+    p.add_argument("--reproducibility", default=None, help="the study's reproducibility level, beside the records' own")
+
+
+@command("index", "the study's front page: scorecard, forest plot, protocol, cost, links -> index.html", _index_args)
+def cmd_index(args: argparse.Namespace) -> int:
+    """Render the study's index.html from its summary, verdicts, slots and estimate (and the
+    measured cost from its benchmark files and job logs), linking every report."""
+    if not args.template.is_file():
+        raise ConfigError(f"{args.template}: index template not found")
+    for opt in ("summary", "verdicts"):
+        if not isinstance(read_json(getattr(args, opt)), dict):
+            raise ArtifactError(f"{getattr(args, opt)}: not the study's {opt}.json (a JSON object)")
+    if not isinstance(read_json(args.verdicts).get("claims"), list):
+        raise ArtifactError(f"{args.verdicts}: no list of claims (the verdicts job writes it)")
+    render_index(args.template, args.out, study=args.study, summary=args.summary, verdicts=args.verdicts,
+                 slots=args.slots, estimate=args.estimate, reports=[str(r) for r in args.reports],
+                 config_source=args.config_source, results_dir=args.results_dir, logs_dir=args.logs_dir,
+                 rehearsal=args.rehearsal, scales=args.scales, reproducibility=args.reproducibility)
+    log.info("index -> %s", args.out)
+    return 0
+
+
 def _scorecard_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", type=Path, nargs="+", metavar="RESULTS_DIR",
                    help="a study's results folder (results/<study>, holding verdicts.json), one per scale")
@@ -48,9 +88,6 @@ def _scorecard_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the rows (trends and cells) as JSON here")
     p.add_argument("--template", type=Path, default=Path("reports/scorecard.html.j2"),
                    help="jinja2 template (default: reports/scorecard.html.j2, from the project root)")
-    p.add_argument("--rules", type=Path, default=Path("workflow/rules"),
-                   help="the workflow's rule files, to tell local rules (no CPU of their own) apart "
-                        "(default: workflow/rules; absent: their jobs count the CPU Snakemake sampled)")
     p.add_argument("--skip-missing", action="store_true",
                    help="list a folder without a readable verdicts.json (format 2) on the page as left out, with "
                         "the reason, instead of failing (the Snakemake target's mode)")
@@ -76,11 +113,10 @@ def cmd_scorecard(args: argparse.Namespace) -> int:
     if not args.template.is_file():
         raise ConfigError(f"{args.template}: scorecard template not found (run from the project root, or give "
                           "--template)")
-    rules = args.rules if args.rules.is_dir() else None
     studies, skipped, seen = [], [], {}
     for folder in args.results:
         try:
-            study = read_study(folder, rules)
+            study = read_study(folder)
             _renders(folder, study)
         except ArtifactError as exc:
             if not args.skip_missing:

@@ -1,7 +1,10 @@
-"""The study's tables: ``verdicts`` judges every claim on the collected metrics and the analyses.
+"""The study's tables: ``collect`` gathers every run's records into metrics.csv, runs.csv and
+summary.json; ``verdicts`` judges every claim on them and the analyses; ``dvc-export`` flattens
+them for ``dvc metrics`` / ``dvc plots``.
 
-The work is :mod:`timestep_lab.workflow.collect` (pandas, imported when the command runs). Must not
-know the entry (``timestep_lab.cli``) or other commands.
+The work is :mod:`timestep_lab.workflow.collect` and :mod:`timestep_lab.workflow.dvc_export`
+(pandas, imported when the command runs). Must not know the entry (``timestep_lab.cli``) or other
+commands.
 """
 
 from __future__ import annotations
@@ -9,11 +12,51 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from timestep_lab.artifacts.io import ArtifactError
-from timestep_lab.cli.common import command, log
+from timestep_lab.artifacts.io import ArtifactError, read_json
+from timestep_lab.cli.common import command, json_object, log
+from timestep_lab.config import ConfigError
 
 #: the metrics.csv columns the verdicts read (collect writes them)
 METRICS_COLUMNS = ("run", "stage", "metric", "value")
+#: and those dvc-export reads (the progress curves per sampler and weighting)
+EXPORT_COLUMNS = (*METRICS_COLUMNS, "tool", "sampler", "weighting", "kimg")
+
+
+def _collect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--study", type=json_object, required=True,
+                   help="the study config as the workflow validated it (schema defaults filled in), a JSON object: "
+                        "its run table says which runs to gather (timestep_lab.workflow.study_runs)")
+    p.add_argument("--results", type=Path, required=True, help="the study's results folder (results/<study>)")
+    p.add_argument("--floor", type=Path, default=None, help="eval/floor.json, when the study has a held-out split")
+    p.add_argument("--metrics", type=Path, required=True, help="metrics.csv to write")
+    p.add_argument("--runs", type=Path, required=True, help="runs.csv to write")
+    p.add_argument("--summary", type=Path, required=True, help="summary.json to write")
+
+
+@command("collect", "every run's metrics, progress and training log -> metrics.csv, runs.csv, summary.json",
+         _collect_args)
+def cmd_collect(args: argparse.Namespace) -> int:
+    """One tidy table of every metric of the study (read it with pandas), the run table and a small
+    summary (DVC metrics; ``floor``: the study's eval/floor.json as it is)."""
+    from timestep_lab.workflow import base_columns, run_table, study_runs
+    from timestep_lab.workflow.collect import collect  # pandas: only when the command runs
+
+    if not args.results.is_dir():
+        raise ArtifactError(f"{args.results}: --results folder not found")
+    if args.floor is not None and not args.floor.is_file():
+        raise ArtifactError(f"{args.floor}: --floor file not found")
+    if not isinstance(args.study.get("study"), str):
+        raise ConfigError("--study: not a study config (no 'study' name)")
+    try:
+        runs = study_runs(args.study, source=f"--study ({args.study['study']})")
+        base = base_columns(args.study)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a hand-made one the schema never saw
+        raise ConfigError(f"--study: not a study config as the workflow validates it ({type(exc).__name__}: "
+                          f"{str(exc)[:120]})") from None
+    collect(run_table(runs), str(args.results), str(args.metrics), str(args.runs), str(args.summary),
+            floor_json=str(args.floor) if args.floor else None, base=base)
+    log.info("collect: %d runs -> %s", len(runs), args.metrics)
+    return 0
 
 
 def _verdicts_args(p: argparse.ArgumentParser) -> None:
@@ -22,28 +65,15 @@ def _verdicts_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interference", type=Path, default=None, help="analyses/interference_control.json, when run")
     p.add_argument("--consistency", type=Path, default=None, help="analyses/consistency.json, when run")
     p.add_argument("--floor", type=Path, default=None, help="eval/floor.json, when the study has a held-out split")
-    p.add_argument("--base", type=_base_values, default=None,
+    p.add_argument("--base", type=json_object, default=None,
                    help="the study's own column values as a JSON object (what a baseline's \"{base}\" stands for: "
                         "batch_size, channels, total_kimg, ...; timestep_lab.workflow.base_columns)")
     p.add_argument("--study", default="", help="the study's name")
     p.add_argument("--out", type=Path, required=True, help="verdicts.json to write")
 
 
-def _base_values(text: str) -> dict:
-    """An argparse ``type``: a JSON object of column values (else argparse's one-line usage error)."""
-    import json
-
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a JSON object: {text[:80]!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"not a JSON object: {text[:80]!r}")
-    return value
-
-
-def _check_metrics(path: Path) -> None:
-    """A metrics.csv the verdicts can read: text CSV with :data:`METRICS_COLUMNS` (one byte or
+def _check_metrics(path: Path, needed: tuple[str, ...] = METRICS_COLUMNS) -> None:
+    """A metrics.csv the command can read: text CSV with the ``needed`` columns (one byte or
     none: collect's table of a study without metrics)."""
     if path.stat().st_size <= 1:
         return
@@ -53,7 +83,7 @@ def _check_metrics(path: Path) -> None:
         columns = set(pd.read_csv(path, nrows=0).columns)
     except (UnicodeDecodeError, ValueError) as exc:  # pandas' ParserError and EmptyDataError are ValueErrors
         raise ArtifactError(f"{path}: not a metrics table ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    missing = [c for c in METRICS_COLUMNS if c not in columns]
+    missing = [c for c in needed if c not in columns]
     if missing:
         raise ArtifactError(f"{path}: not a metrics table (no column {', '.join(missing)}; collect writes it)")
 
@@ -73,4 +103,35 @@ def cmd_verdicts(args: argparse.Namespace) -> int:
     write_verdicts(str(args.metrics_csv), str(args.out), runs_csv=str(args.runs) if args.runs else None,
                    base=args.base, study=args.study, **optional)
     log.info("verdicts -> %s", args.out)
+    return 0
+
+
+def _dvc_export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--summary", type=Path, required=True, help="the study's summary.json (the collect job's)")
+    p.add_argument("--metrics-csv", type=Path, required=True, help="the study's metrics.csv (the collect job's)")
+    p.add_argument("--profile", type=Path, required=True, help="analyses/profiles/reference.json")
+    p.add_argument("--metrics-out", type=Path, required=True, help="dvc/<study>/metrics.json to write")
+    p.add_argument("--fid-progress-out", type=Path, required=True, help="dvc/<study>/fid_progress.csv to write")
+    p.add_argument("--loss-profile-out", type=Path, required=True, help="dvc/<study>/loss_profile.csv to write")
+
+
+@command("dvc-export", "summary, metrics and the loss profile -> flat files for dvc metrics / dvc plots",
+         _dvc_export_args)
+def cmd_dvc_export(args: argparse.Namespace) -> int:
+    """Final FID per group variant and the paired comparisons (metrics.json), FID against images
+    seen (fid_progress.csv) and the reference loss profile (loss_profile.csv), for DVC."""
+    from timestep_lab.workflow.dvc_export import dvc_export  # pandas: only when the command runs
+
+    if not isinstance(read_json(args.summary), dict):
+        raise ArtifactError(f"{args.summary}: not a study summary (collect writes it)")
+    profile = read_json(args.profile)
+    columns = [profile.get(k) if isinstance(profile, dict) else None for k in ("timesteps", "eps_mse", "vlb_bpd")]
+    if not all(isinstance(c, list) for c in columns) or len({len(c) for c in columns}) != 1:
+        raise ArtifactError(f"{args.profile}: not a loss profile (timesteps, eps_mse and vlb_bpd, one value per timestep)")
+    if not args.metrics_csv.is_file():
+        raise ArtifactError(f"{args.metrics_csv}: --metrics-csv file not found")
+    _check_metrics(args.metrics_csv, EXPORT_COLUMNS)
+    dvc_export(str(args.summary), str(args.metrics_csv), str(args.profile), str(args.metrics_out),
+               str(args.fid_progress_out), str(args.loss_profile_out))
+    log.info("dvc-export -> %s", args.metrics_out.parent)
     return 0

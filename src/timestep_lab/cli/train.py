@@ -1,4 +1,5 @@
-"""The ``train`` command: one run (config + overrides) into an output folder, resuming by default.
+"""``run-config`` writes a run's run.yaml (what ``train`` reads); ``train`` trains one run (config +
+overrides) into an output folder, resuming by default.
 
 SIGTERM or SIGUSR1 (a SLURM time limit, a cancellation) stops training after the step in progress
 with its state saved; the command then exits with status 75 (``EXIT_RESUMABLE``): run it again to
@@ -14,17 +15,45 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from timestep_lab.artifacts.io import ArtifactError, read_json
 from timestep_lab.cli.common import (
     code_identity,
     command,
     config_args,
     finite_at_least,
+    json_object,
     load_run_config,
     log,
     runtime_args,
     world,
 )
 from timestep_lab.errors import EXIT_RESUMABLE
+
+
+def _run_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config-json", type=json_object, required=True,
+                   help="the run's whole config as a JSON object (the workflow's run table row: every hyperparameter)")
+    p.add_argument("--out", type=Path, required=True, help="run.yaml to write")
+    p.add_argument("--init", default=None, help="the model the run starts from (a model.pt; a diffusers folder is read now)")
+    p.add_argument("--slots", type=Path, default=None, help="analyses/slots.json: the slots measured on the reference")
+
+
+@command("run-config", "a run's config, with what is only known at run time (init model, slots) -> run.yaml",
+         _run_config_args)
+def cmd_run_config(args: argparse.Namespace) -> int:
+    """Write the run's run.yaml: --config-json, plus the model it starts from (a diffusers folder
+    also sets its model and diffusion sections) and, for slot fine-tuning, the slot's timestep
+    ranges read from --slots (timestep_lab.workflow.write_run_config)."""
+    from timestep_lab.workflow import write_run_config
+
+    if args.slots is not None:
+        slots = read_json(args.slots)
+        if not isinstance(slots, dict) or not isinstance(slots.get("slots"), list):
+            raise ArtifactError(f"{args.slots}: not a slots file (the slots job writes {{\"slots\": [[lo, hi], ...]}})")
+    write_run_config(args.config_json, str(args.out), init_from=args.init,
+                     slots_file=str(args.slots) if args.slots else None)
+    log.info("run config -> %s", args.out)
+    return 0
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:

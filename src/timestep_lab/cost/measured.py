@@ -11,9 +11,11 @@ waited-for children) and peak RSS (:mod:`timestep_lab.cost.usage`). Per rule (th
 where a job's ``cpu`` is its log's usage line when there is one (exact), else the benchmark's
 ``cpu_time``. That one is sampled: the workflow has Snakemake read the job's processes at its
 start and every 30 s after (``workflow/rules/benchmark.smk``), so it misses up to 30 CPU-s per
-job, and a job shorter than 30 s is seen only at its start. Jobs of ``local`` rules (``run:``
-blocks inside Snakemake's own process) have no CPU of their own to measure: the benchmark samples the whole Snakemake process, so they
-count 0 CPU-s here (their wall time still counts). A job that ran more than once
+job, and a job shorter than 30 s is seen only at its start. Every job of the workflow is a
+``python -m timestep_lab`` command, so only a job that failed lacks the line; a caller may name
+rules ``local`` (Snakemake runs them on its own host; the estimate knows them from the DAG): a job
+of theirs without a usage line counts 0 CPU-s, since the benchmark then sampled Snakemake's own
+process (its wall time still counts). A job that ran more than once
 (``--benchmark-repeats``) counts with the mean of its rows. A job whose usage line says how it
 started (``start=HOW``) started no process of its own: it pays no start-up. A process of the study
 that is no job of a rule (one that serves the jobs) ends its log, a file directly in
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple
@@ -36,7 +37,7 @@ from timestep_lab.cost.usage import NAMED_USAGE_LINE, USAGE_LINE
 
 __all__ = ["RuleCost", "Usage", "helper_row", "is_helper", "total", "read_benchmark", "read_usage", "read_helper_usage",
            "study_cost",
-           "logs_dir_of", "job_usages", "local_rules", "format_cost", "estimate_vs_measured", "study_total"]
+           "logs_dir_of", "job_usages", "format_cost", "estimate_vs_measured", "study_total"]
 
 
 def helper_row(name: str) -> str:
@@ -204,19 +205,6 @@ def logs_dir_of(results_dir: str | Path) -> Path:
     """The logs folder the workflow pairs with ``results/<study>``: ``logs/<study>`` beside ``results/``."""
     res = Path(results_dir)
     return res.parent.parent / "logs" / res.name
-
-
-_LOCALRULES = re.compile(r"^localrules:\s*\n((?:[ \t]+[\w, \t]+\n?)+)", re.M)
-
-
-def local_rules(rule_files: Iterable[str | Path]) -> set[str]:
-    """Rule names declared in ``localrules:`` blocks: they run inside Snakemake's own process, so a
-    job of theirs starts no new Python process."""
-    names: set[str] = set()
-    for path in rule_files:
-        for block in _LOCALRULES.findall(Path(path).read_text()):
-            names.update(n for n in re.split(r"[\s,]+", block) if n)
-    return names
 
 
 def format_cost(costs: Mapping[str, RuleCost], *, startup_cpu_s: float | None = None,

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from timestep_lab.arithmetic import LEVELS
 from timestep_lab.artifacts.io import atomic_write_text, read_json
-from timestep_lab.cost.measured import estimate_vs_measured, local_rules, study_cost
+from timestep_lab.cost.measured import estimate_vs_measured, study_cost
 from timestep_lab.evidence.convergence import PLATEAU_DROP
 from timestep_lab.reporting.forest import forest_rows, forest_svg
 from timestep_lab.reporting.render import PAGE_CSS
@@ -37,7 +37,7 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
                  reports: list[str], config_source: str, verdicts: str | Path | None = None,
                  slots: str | Path | None = None, pending: list[str] | None = None,
                  estimate: str | Path | None = None, results_dir: str | Path | None = None,
-                 logs_dir: str | Path | None = None, rules_dir: str | Path | None = None,
+                 logs_dir: str | Path | None = None,
                  rehearsal: Mapping[str, Any] | None = None, scales: list[str] | None = None,
                  reproducibility: str | None = None) -> Path:
     """The study's ``index.html``: scorecard, the papers' figures beside our verdicts, protocol, the
@@ -57,8 +57,7 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
     card = scorecard_rows(verdict_data)
     est = read_json(estimate) if estimate is not None and Path(estimate).exists() else None
     try:
-        local = local_rules(sorted(Path(rules_dir).glob("*.smk"))) if rules_dir is not None else set()
-        measured = study_cost(results_dir, logs_dir, local) if results_dir is not None else {}
+        measured = study_cost(results_dir, logs_dir) if results_dir is not None else {}
     except (FileNotFoundError, ValueError):  # not run yet, or a malformed benchmark file: show the estimate alone
         measured = {}
     cost = estimate_vs_measured(est, measured) if (est or measured) else []

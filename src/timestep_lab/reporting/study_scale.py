@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping
 
 from timestep_lab.artifacts.io import ArtifactError, read_json
 from timestep_lab.config import ConfigError, RunConfig, config_from_dict, load_yaml
-from timestep_lab.cost.measured import local_rules, logs_dir_of, study_total
+from timestep_lab.cost.measured import logs_dir_of, study_total
 
 __all__ = ["VERDICTS_FORMAT", "StudyScale", "read_study", "order_by_scale", "count_parameters"]
 
@@ -169,9 +169,8 @@ def _protocol(summary: Mapping[str, Any]) -> str:
             + (", EMA" if p.get("ema") else ""))
 
 
-def read_study(results_dir: str | Path, rules_dir: str | Path | None = None) -> StudyScale:
-    """The study of ``results_dir`` as a scale (module docstring). ``rules_dir``: the workflow's
-    ``workflow/rules`` (which rules are local and so have no CPU of their own to count).
+def read_study(results_dir: str | Path) -> StudyScale:
+    """The study of ``results_dir`` as a scale (module docstring).
 
     :raises ArtifactError: naming the folder or file when ``verdicts.json`` is missing, not JSON
         or not format 2."""
@@ -186,10 +185,7 @@ def read_study(results_dir: str | Path, rules_dir: str | Path | None = None) -> 
                          if (c.get("regime") or {}).get("train_kimg") is not None})
     estimate = read_json(results / "estimate.json") if (results / "estimate.json").is_file() else None
     _read_model(study, results, estimate)
-    local = local_rules(sorted(Path(rules_dir).glob("*.smk"))) if rules_dir is not None else set()
-    if rules_dir is None:
-        study.notes.append("no workflow rules given: jobs of local rules count the CPU Snakemake sampled")
-    study.cost = study_total(results, logs_dir_of(results), local, estimate)
+    study.cost = study_total(results, logs_dir_of(results), estimate=estimate)
     return study
 
 

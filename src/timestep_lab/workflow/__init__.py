@@ -14,7 +14,7 @@ module                      holds                                               
 
 This package's ``__init__`` and the first five modules import no torch, pandas or scipy: the
 Snakefile imports them when it builds the DAG. ``collect`` and ``dvc_export`` are imported by
-their own jobs (``from timestep_lab.workflow.collect import collect``) and are not re-exported
+their commands (``python -m timestep_lab collect`` / ``dvc-export``) and are not re-exported
 here.
 """
 
@@ -34,6 +34,7 @@ from timestep_lab.workflow.runs import (
     prepared_base,
     prepared_dir,
     run_config,
+    run_table,
     scoring_sample,
 )
 from timestep_lab.workflow.snakefile import config_in_outputs, config_source_error, launcher, opt, schema_error_summary
@@ -57,6 +58,7 @@ __all__ = [
     "study_runs",
     "reference_run",
     "run_config",
+    "run_table",
     "eval_sample",
     "fid_sample_count",
     "scoring_sample",

@@ -10,7 +10,7 @@ detectable effect, censored speed-up; docs/methods.md §9; and the study's FID f
 :func:`write_verdicts` turns the table, the analyses' outputs and the floor into ``verdicts.json``:
 per claim its record and both verdicts, Holm across the scorecard (docs/design.md#verdicts-json).
 
-Needs pandas, so the Snakefile imports it only inside the ``collect`` job, never at DAG build.
+Needs pandas: imported by the ``collect`` and ``verdicts`` commands only, never at DAG build.
 Knows nothing of how runs are trained or scored: only the files they leave.
 """
 

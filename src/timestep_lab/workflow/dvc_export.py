@@ -2,7 +2,7 @@
 
 Inputs are :mod:`timestep_lab.workflow.collect`'s ``summary.json`` and ``metrics.csv`` and the
 reference loss profile; outputs live under ``dvc/<study>/``, outside the persisted result
-folders. Needs pandas, so the Snakefile imports it only inside the ``dvc_export`` job.
+folders. Needs pandas: imported by the ``dvc-export`` command only, never at DAG build.
 """
 
 from __future__ import annotations

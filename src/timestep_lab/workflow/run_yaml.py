@@ -19,7 +19,7 @@ __all__ = ["write_run_config"]
 
 
 def write_run_config(cfg: Mapping[str, Any], path: str, *, init_from: str | None = None,
-                     slots_file: str | None = None, slot: int | None = None) -> None:
+                     slots_file: str | None = None) -> None:
     """Write a run's config file, filling in what is only known at run time: the model to start
     from and, for slot fine-tuning, the slot ranges measured on the reference model.
 

@@ -32,7 +32,7 @@ from timestep_lab.config import ConfigError, apply_overrides
 
 __all__ = ["Run", "AXES", "build_runs", "run_config", "deep_merge", "prepared_base", "prepared_dir", "apply_dotted", "check_overrides",
            "default_axes", "run_id", "check_entry_spelling", "eval_sample", "process_kind", "ARM_COLUMNS", "arm_columns",
-           "arm_id", "base_columns"]
+           "arm_id", "base_columns", "run_table"]
 
 AXES = ("sampler", "weighting", "prediction", "batch_size", "schedule", "seed")
 ENTRY_KEYS = set(AXES) | {"id", "overrides", "init_from", "tag"}
@@ -222,6 +222,14 @@ def base_columns(study: Mapping[str, Any]) -> dict[str, Any]:
     a selector's ``"{base}"`` stands for (a run that sets nothing has them)."""
     axes = {k: v for k, v in default_axes(study).items() if k != "seed"}
     return {**axes, **arm_columns(study.get("base") or {}, None)}
+
+
+def run_table(runs: Mapping[str, Run]) -> dict[str, dict[str, Any]]:
+    """What runs.csv holds of each run beyond its results (collect writes it): run id ->
+    ``{"axes": the grid axes, "groups": the groups that asked for it, "columns": its
+    :func:`arm_columns`}``."""
+    return {rid: {"axes": dict(r.axes), "groups": list(r.groups), "columns": arm_columns(r.config, r.init_from)}
+            for rid, r in runs.items()}
 
 
 def arm_id(rid: str, seed: Any) -> str:

@@ -81,8 +81,9 @@ def observe(rules: Iterable[RuleCost], measured: Mapping[str, Mapping[str, objec
     """Pair the jobs of ``measured`` (``{rule: {job: Usage or None}}``, each job's usage line as
     :func:`timestep_lab.cost.measured.job_usages` reads it) with their work in ``rules``.
 
-    A job of a ``local`` rule is observed at 0 CPU-s (it runs inside Snakemake's process); any other
-    job without a usage line (its CPU only sampled) is left out. Returns the observations and the
+    A job is observed at its usage line's CPU; a job of a ``local`` rule without one at 0 CPU-s (it
+    ran inside Snakemake's process); any other job without a usage line (its CPU only sampled) is
+    left out. Returns the observations and the
     measured jobs the plan does not know (its config changed since the study ran), as ``rule/job``."""
     local = set(local)
     by_rule = {r.rule: r for r in rules}
@@ -93,8 +94,8 @@ def observe(rules: Iterable[RuleCost], measured: Mapping[str, Mapping[str, objec
         for job, usage in jobs.items():
             if cost is None or job not in cost.job_work:
                 unknown.append(f"{rule}/{job}")
-            elif rule in local or usage is not None:
-                cpu, start = (0.0, None) if rule in local else (float(usage.cpu_s), usage.start)
+            elif usage is not None or rule in local:
+                cpu, start = (float(usage.cpu_s), usage.start) if usage is not None else (0.0, None)
                 out.append(Observation(rule, job, cpu, start, job_features(cost.job_work[job])))
     return out, unknown
 
