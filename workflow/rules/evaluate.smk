@@ -165,7 +165,7 @@ rule collect:
     params:
         # the study as validated here: collect rebuilds its run table (timestep_lab.workflow.run_table)
         study=json.dumps(config),  # key order kept: run ids slug overrides in their order
-        res=RES,
+        res=lambda wc, output: os.path.dirname(output.summary),  # results/<study>
         floor=lambda wc, input: W.opt("--floor", input.floor[0] if input.floor else None),
     log:
         f"{LOGS}/collect/collect.log",

@@ -14,8 +14,8 @@ What changes (:func:`rehearsal_study`), with the sizes in :data:`SIZES`:
   heads keep 64), attention kept (at the lower level) where the study has any;
 * run lengths -> the base run is :attr:`Sizes.kimg`; every other ``*_kimg`` value (warm-up, EMA,
   fine-tune and retraining lengths, momentum decay, curricula) keeps its ratio to the base run's
-  length, a run at least :attr:`Sizes.min_kimg`; logging, checkpoints and snapshots per run
-  fraction; step-counted sampler parameters (``update_every``) at most :attr:`Sizes.update_every`;
+  length, a run at least :attr:`Sizes.min_kimg`; logging and snapshots per run fraction, the
+  resumable checkpoint once, at the end; step-counted sampler parameters (``update_every``) at most :attr:`Sizes.update_every`;
 * batch sizes -> divided by one factor so the largest is :attr:`Sizes.max_batch` (the small/large
   ratio of the batch-size analysis kept), micro-batches with them;
 * the timestep contribution's chain -> at most :attr:`Sizes.contribution_steps` steps, respaced
@@ -272,7 +272,9 @@ def _base(base: Mapping[str, Any], data: Mapping[str, Any], scale: _Scaler,
         total_kimg=kimg, device="cpu", precision="fp32", compile=False,
         batch_size=scale.batch(train.get("batch_size", 128)),
         ema_halflife_kimg=scale.kimg(train.get("ema_halflife_kimg", 0.5)),
-        log_every_kimg=round(kimg / 4, 6), checkpoint_every_kimg=round(kimg / 2, 6),
+        # the resumable state once, after the last step (each save of an 8x8 ADM with Adam's
+        # moments is ~0.2 CPU-s: a second one per run was ~10% of a rehearsal's training)
+        log_every_kimg=round(kimg / 4, 6), checkpoint_every_kimg=kimg,
     )
     if train.get("batch_gpu"):
         micro = scale.batch(train["batch_gpu"])
