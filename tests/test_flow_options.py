@@ -196,3 +196,15 @@ def test_sigma_sqrt_is_compute_loss_weighting_for_sd3_and_is_refused_off_the_flo
         make_weighting("sigma_sqrt", FLOW.alpha_bar, "v")
     with pytest.raises(ValueError, match="prediction v only"):
         make_weighting("precondition_outputs", FLOW.alpha_bar, "eps", FLOW.v_scale, sigma=FLOW.sigmas)
+
+
+def test_flow_weightings_and_shift_rules_are_checked_where_the_config_enters(tmp_path):
+    flow = {"kind": "flow", "prediction": "v", "num_timesteps": 100}
+    check_config(tiny_config(tmp_path, diffusion=flow, sample={"method": "euler", "shift": 3.0},
+                             weighting={"name": "precondition_outputs", "params": {"scheme": "sigma_sqrt"}},
+                             timesteps={"name": "shift", "params": {"rule": "flux", "image_size": 8}}))
+    with pytest.raises(ConfigError, match="weighting.params: .*kind flow only"):
+        check_config(tiny_config(tmp_path, weighting={"name": "sigma_sqrt"}))
+    with pytest.raises(ConfigError, match="timesteps.params: rule sd3 needs image_size"):
+        check_config(tiny_config(tmp_path, diffusion=flow, sample={"method": "euler"},
+                                 timesteps={"name": "shift", "params": {"rule": "sd3"}}))
