@@ -80,8 +80,9 @@ def test_simpletuner_beta_schedule(a, b):
 ])
 def test_truncate_is_the_trainers_affine_range(lo, hi, base):
     """OneTrainer ``_get_timestep_discrete`` (continuous branch): ``timestep = min_timestep + (max_timestep -
-    min_timestep) * u`` for uniform and ``logit_normal * num_timestep + min_timestep``; sd-scripts' range
-    ``min_timestep``/``max_timestep`` of sigma in the same way."""
+    min_timestep) * u`` for uniform and ``logit_normal * num_timestep + min_timestep``; sd-scripts
+    library/sd3_train_utils.py ``get_noisy_model_input_and_timesteps``: ``indices = (u * (t_max - t_min) +
+    t_min)``, and library/flux_train_utils.py's ``t = t * (t_max - t_min) + t_min`` (t_min, t_max = min/max_timestep / 1000)."""
     p, t = ours("truncate", lo=lo, hi=hi, base=base)
     g = torch.Generator().manual_seed(3)
     if base["name"] == "uniform":

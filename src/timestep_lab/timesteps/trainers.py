@@ -15,9 +15,12 @@ and ``_beta``, default 2 and 2): ``sigma ~ Beta(alpha, beta)``, ``t = min(floor(
 ``P(t = i) = I((i + 1)/T; alpha, beta) - I(i/T; alpha, beta)`` (regularised incomplete beta). All
 three are tables drawn by inverse CDF from the caller's generator; weight 1.
 
-``truncate`` (sd-scripts' ``min_timestep``/``max_timestep``, OneTrainer's noising-strength limits on its
-continuous distributions): any ``base`` sampler's draw, spread over its bin, mapped affinely into
-``[lo, hi]`` as OneTrainer does (``timestep = u n + min_t``)::
+``truncate`` (sd-scripts' ``min_timestep``/``max_timestep``: library/sd3_train_utils.py and
+flux_train_utils.py, ``get_noisy_model_input_and_timesteps``, ``t = t (t_max - t_min) + t_min``;
+OneTrainer's noising-strength limits on its continuous distributions, ``timestep = u n + min_t``):
+any ``base`` sampler's draw, spread over its bin, mapped affinely into ``[lo, hi]`` (the base's
+shape is squeezed, not cut: musubi-tuner's ``preserve_distribution_shape``, which rejects draws
+outside the range instead, is not built)::
 
     x = (t_base + u) / T,  x' = lo + (hi - lo) x,  t = min(floor(x' T), T - 1)
 
