@@ -63,9 +63,9 @@ def test_onetrainer_defaults_are_uniform():
 
 @pytest.mark.parametrize("a, b", [(2.0, 2.0), (0.7, 1.6), (3.0, 1.2)])
 def test_simpletuner_beta_schedule(a, b):
-    """SimpleTuner (helpers/training/trainer.py, ``flow_use_beta_schedule``): ``sigmas =
-    Beta(flow_beta_schedule_alpha, flow_beta_schedule_beta).sample()``; landed as every flow sampler,
-    ``t = min(floor(sigma T), T - 1)``."""
+    """SimpleTuner's trainer, ``flow_use_beta_schedule`` branch: ``beta_dist = Beta(alpha, beta);
+    batch["sigmas"] = beta_dist.sample((bsz,))`` (then ``apply_flow_schedule_shift``: our ``shift``
+    around it), defaults 2.0 and 2.0; landed as every flow sampler, ``t = min(floor(sigma T), T - 1)``."""
     p, t = ours("beta", alpha=a, beta=b)
     edges = np.linspace(0, 1, T + 1)
     torch.testing.assert_close(p, torch.from_numpy(np.diff(stats.beta.cdf(edges, a, b))), rtol=0, atol=1e-12)
