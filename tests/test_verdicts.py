@@ -212,11 +212,12 @@ def test_flow_matching_claims_are_judged_in_their_group_against_their_own_baseli
     q2 = rows["fm_sample_not_weight"]
     assert q2["verdict"] == "reproduced" and q2["baseline"] == "logit_normal_none_v_b128_linear_flow_euler"
     assert 3 < q2["diff"] < 7
-    for cid in ("fm_mode", "fm_cosmap", "fm_shift", "fm_curriculum", "fm_min_snr"):
+    for cid in ("fm_mode", "fm_cosmap", "fm_shift", "fm_curriculum", "fm_min_snr", "fm_shift_rule_flux",
+                "fm_precondition_outputs", "fm_truncate_noise_end"):
         assert rows[cid]["verdict"] == "not run" and "flow_matching" in rows[cid]["needs"]
     # every record carries its source, where in it, its question and the threads where users ask it
     assert all(c.where and c.paper and c.expected_sign in (-1, 1) and c.group == "flow_matching" for c in FLOW_CLAIMS)
-    assert set(QUESTION_OF) == {c.id for c in FLOW_CLAIMS} and set(QUESTION_OF.values()) == {1, 2, 3, 4, 5}
+    assert set(QUESTION_OF) == {c.id for c in FLOW_CLAIMS} and set(QUESTION_OF.values()) == set(range(1, 9))
     assert rows["fm_shift"]["asked_in"] and "recalled" in rows["fm_shift"]["note"]
 
 

@@ -10,12 +10,14 @@ from conftest import tiny_config
 from timestep_lab.components import check_config
 from timestep_lab.config import ConfigError
 from timestep_lab.processes.diffusion import GaussianDiffusion, mean_flat
+from timestep_lab.processes.flow import RectifiedFlow
 from timestep_lab.processes.schedules import get_schedule
 from timestep_lab.timesteps.weighting import WEIGHTINGS, finite_difference, make_weighting
 
 T = 1000
 AB = get_schedule("linear", T).double()
 SNR = AB / (1 - AB)
+FLOW = RectifiedFlow(T)
 
 
 def w(name, prediction="eps", ab=AB, **params):
@@ -29,7 +31,15 @@ def close(a, b, rtol=1e-6):
 @pytest.mark.parametrize("name", WEIGHTINGS.names())
 @pytest.mark.parametrize("prediction", ["eps", "x0", "v", "mixed"])
 def test_every_weighting_is_a_positive_float32_table(name, prediction):
-    weights = make_weighting(name, alpha_bar=AB, prediction=prediction).weights()
+    if WEIGHTINGS.build(name, None, alpha_bar=FLOW.alpha_bar, prediction="v", v_scale=FLOW.v_scale,
+                        sigma=FLOW.sigmas).flow_velocity_only:  # the flow's velocity loss only (test_flow_options)
+        with pytest.raises(ValueError, match="flow only"):
+            make_weighting(name, alpha_bar=AB, prediction=prediction)
+        if prediction != "v":
+            return
+        weights = make_weighting(name, FLOW.alpha_bar, "v", FLOW.v_scale, sigma=FLOW.sigmas).weights()
+    else:
+        weights = make_weighting(name, alpha_bar=AB, prediction=prediction).weights()
     assert weights.shape == (T,) and weights.dtype == torch.float32
     assert torch.all(torch.isfinite(weights)) and torch.all(weights > 0)
 

@@ -38,6 +38,9 @@ def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
     PROCESSES.check(d.kind, "diffusion.kind", source)
     SCHEDULES.params(d.schedule, d.schedule_params, key="diffusion.schedule_params", source=source)
     check_method(cfg.sample.method, d.kind, source)
+    if cfg.sample.shift != 1.0 and not make_solver(cfg.sample.method).shiftable:
+        raise ConfigError(f"{source}: sample.shift: {cfg.sample.method} samples on its own timesteps; an "
+                          f"inference-time shift applies to the flow solvers (euler, heun) only")
     PREDICTIONS.params(d.prediction, None, key="diffusion.prediction_params", source=source)
     SAMPLERS.params(cfg.timesteps.name, cfg.timesteps.params, key="timesteps.params", source=source)
     WEIGHTINGS.params(cfg.weighting.name, cfg.weighting.params, key="weighting.params", source=source)
@@ -94,4 +97,5 @@ def build_weighting(cfg: RunConfig, process: GaussianDiffusion | RectifiedFlow) 
     """The loss weighting, converted to the prediction's loss space with the process' factors
     (``alpha_bar`` and ``v_scale``: the flow's velocity error differs from the VP v's)."""
     return make_weighting(cfg.weighting.name, alpha_bar=process.alpha_bar, prediction=cfg.diffusion.prediction,
-                          v_scale=process.v_scale, **dict(cfg.weighting.params))
+                          v_scale=process.v_scale, sigma=getattr(process, "sigmas", None),  # the flow's only
+                          **dict(cfg.weighting.params))

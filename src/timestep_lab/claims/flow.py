@@ -9,6 +9,12 @@ flow-matching trainers ask (``asked_in``: the threads where they ask it):
 3. Does a timestep shift help training?
 4. Do SpeeD, min-SNR and the adaptive sampler carry over to flow matching?
 5. Curriculum: logit-normal first, then uniform.
+6. Which resolution rule for the shift: SD3's ``sqrt(m/n)`` or Flux's token-count line?
+7. diffusers' SD3 default ``precondition_outputs`` (a sigma^2-weighted velocity loss) or the plain velocity loss?
+8. Does truncating the timestep range help?
+
+(Training shift against sampling shift, ``sample.shift``, needs a per-arm sampling setting, which
+the study's arms do not have yet: no claim until they do.)
 
 Arms are named by the study's catalogue labels (``sampler``/``weighting`` columns of the
 collected table; config/config.yaml's ``samplers:`` and ``weightings:``), all in the group
@@ -38,6 +44,9 @@ QUESTIONS = {
     3: "Does a timestep shift help training?",
     4: "Do SpeeD, min-SNR and the adaptive sampler carry over to flow matching?",
     5: "Curriculum: logit-normal first, then uniform?",
+    6: "Which resolution rule for the shift: SD3's sqrt(m/n) or Flux's token-count rule?",
+    7: "diffusers' default precondition_outputs (x0 loss) or the plain velocity loss?",
+    8: "Does truncating the timestep range help?",
 }
 
 # threads where users ask (diffusers, finetrainers, OneTrainer, sd-scripts, musubi-tuner, minRF)
@@ -49,6 +58,9 @@ THREADS = {
         "https://github.com/kohya-ss/musubi-tuner/issues/54"),
     4: ("https://github.com/cloneofsimo/minRF/issues/2", "https://github.com/kohya-ss/sd-scripts/issues/1962"),
     5: (),
+    6: ("https://github.com/Nerogar/OneTrainer/pull/653", "https://github.com/kohya-ss/sd-scripts/issues/1762"),
+    7: (),
+    8: (),
 }
 
 SD3 = Source("sd3", "Esser et al. 2024 (SD3)", "arXiv 2403.03206",
@@ -62,6 +74,16 @@ MIN_SNR = Source("minsnr", "Hang et al. 2023, Min-SNR", "arXiv 2303.09556",
                  "Efficient Diffusion Training via Min-SNR Weighting Strategy", "recalled [unverified]")
 DIFFUSERS_8528 = Source("diffusers8528", "diffusers PR 8528", "https://github.com/huggingface/diffusers/pull/8528",
                         "Implement SD3 loss weighting", "the pull request's description")
+
+DIFFUSERS_FLUX = Source("diffusers_flux", "diffusers FluxPipeline (Flux's dynamic shifting)",
+                        "diffusers/pipelines/flux/pipeline_flux.py, calculate_shift (diffusers 0.42.1)",
+                        "calculate_shift(image_seq_len, 256, 4096, 0.5, 1.15)", "the installed diffusers source")
+DIFFUSERS_SD3 = Source("diffusers_sd3", "diffusers SD3 training script",
+                       "diffusers/examples/dreambooth/train_dreambooth_sd3.py (--precondition_outputs, default 1)",
+                       "train_dreambooth_sd3.py", "recalled [unverified]: the example scripts are not installed")
+TRAINERS = Source("trainers", "OneTrainer / sd-scripts timestep ranges",
+                  "OneTrainer ModelSetupNoiseMixin._get_timestep_discrete (min/max_noising_strength)",
+                  "OneTrainer noising-strength limits", "the OneTrainer source")
 
 #: the question each flow claim answers (the report groups them by it), filled as the claims are made
 QUESTION_OF: dict[str, int] = {}
@@ -156,6 +178,33 @@ FLOW_CLAIMS: tuple[Claim, ...] = (
           {"sampler": "shift3_logit_normal", "weighting": "none"},
           baseline={"sampler": "logit_normal", "weighting": "none"}, expected_sign=+1, status="hypothesis",
           recalled=True, note=SHIFT_RULE),
+    # ---------------------------------------------------------------- question 6
+    _flow("fm_shift_rule_sd3", 6, SD3, "Sec. 5.3.2 (resolution-dependent shifting of timestep schedules)",
+          "Intuitively, since higher resolutions have more pixels, we need more noise to destroy their signal.",
+          "the shift SD3's rule gives at 8x8 (sqrt(64 / 256^2) = 1/32, toward data) lowers FID against no shift",
+          {"sampler": "shift_sd3", "weighting": "none"}, status="hypothesis", recalled=True,
+          note="SD3 fits its rule from 256^2 up to 1024^2; at 8x8 it is extrapolated 32-fold down: a hypothesis"),
+    _flow("fm_shift_rule_flux", 6, DIFFUSERS_FLUX, "calculate_shift, use_dynamic_shifting",
+          "mu = image_seq_len * m + b",
+          "Flux's rule at 8x8 (0.25 tokens of 16x16 pixels, extrapolated below its 256-token base: shift "
+          "exp(0.457) = 1.58, toward noise) raises FID against no shift, as SD3's argument predicts for any shift "
+          "above 1 at this resolution",
+          {"sampler": "shift_flux", "weighting": "none"}, expected_sign=+1, status="hypothesis",
+          note="the line is fitted between 256 and 4096 tokens; 8x8 lies far below its range"),
+    # ---------------------------------------------------------------- question 7
+    _flow("fm_precondition_outputs", 7, DIFFUSERS_SD3, "--precondition_outputs (default 1)",
+          "model_pred = model_pred * (-sigmas) + noisy_model_input; target = model_input",
+          "diffusers' preconditioned SD3 loss (the x0 error, i.e. the velocity loss weighted by sigma^2) raises "
+          "FID against the plain velocity loss of SD3's rectified-flow objective: it weights the low-noise "
+          "timesteps down by up to 1e6",
+          {"sampler": "uniform", "weighting": "precondition"}, expected_sign=+1, status="hypothesis", recalled=True,
+          note="no source compares the two; the direction is ours"),
+    # ---------------------------------------------------------------- question 8
+    _flow("fm_truncate_noise_end", 8, TRAINERS, "min/max_noising_strength; sd-scripts min/max_timestep", "",
+          "training only sigma <= 0.9 (the trainers' max noising strength 0.9) raises FID against the full range: "
+          "sampling starts from pure noise, where the truncated model never trained",
+          {"sampler": "truncate09", "weighting": "none"}, expected_sign=+1, status="hypothesis",
+          note="the trainers expose the limits without a claim; the direction is ours"),
     # ---------------------------------------------------------------- question 4
     _flow("fm_speed", 4, SPEED, "Abstract (on DDPM-style diffusion)", "",
           "SpeeD (asymmetric sampling + change-aware weighting) lowers a rectified flow's FID too",

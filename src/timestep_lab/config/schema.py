@@ -233,7 +233,8 @@ class SampleConfig:
     seed_base: int = 0
     batch_size: int = 500
     use_ema: bool = True
-    clip_x0: bool = True
+    clip_x0: bool | None = None  # None: the process' default (gaussian clips x0_hat to [-1, 1], flow does not)
+    shift: float = 1.0  # flow only: sample on the grid shift_sigma(sigma, shift) (SD3/Flux pipelines)
     grid_size: int = 100  # images in the PNG grid
 
     def __post_init__(self) -> None:
@@ -241,6 +242,7 @@ class SampleConfig:
                  f"method must be ddpm, ddim, euler or heun, got {self.method!r}")
         _require(self.steps is None or self.steps > 0, f"steps must be > 0 or null, got {self.steps}")
         _require(self.eta >= 0, f"eta must be >= 0, got {self.eta}")
+        _require(self.shift > 0, f"shift must be > 0, got {self.shift}")
         _require(self.num_samples > 0, f"num_samples must be > 0, got {self.num_samples}")
         _require(0 <= self.seed_base <= SEED_MAX - self.num_samples + 1,
                  f"seed_base must be in [0, 2**63 - num_samples] (the samples' seeds are seed_base + i), "

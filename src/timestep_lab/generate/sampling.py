@@ -34,7 +34,8 @@ from timestep_lab.data import to_float, to_uint8
 from timestep_lab.processes.predictions import MixedPrediction, Prediction
 from timestep_lab.processes.solvers import SPACINGS, Chain, GroundTruth, make_solver, respaced_timesteps, reverse_step
 
-__all__ = ["StackedGenerator", "SPACINGS", "respaced_timesteps", "Denoiser", "Chain", "reverse_step", "reverse_loop", "sample_images",
+__all__ = ["StackedGenerator", "SPACINGS", "respaced_timesteps", "Denoiser", "Chain", "reverse_step", "reverse_loop",
+           "resolved_clip_x0", "sample_images",
            "GroundTruth", "save_grid", "save_samples", "load_samples", "generate"]
 
 
@@ -93,27 +94,35 @@ class Denoiser:
         return x0_hat, eps_hat
 
 
+def resolved_clip_x0(cfg: SampleConfig, diffusion: Any) -> bool:
+    """``sample.clip_x0``, or when null the process' default (``clip_x0_default``: the Gaussian
+    process clips x0_hat to [-1, 1] as DDPM's and DDIM's code do; the flow does not, as diffusers'
+    flow pipelines do not; docs/methods.md §12.4)."""
+    return bool(diffusion.clip_x0_default if cfg.clip_x0 is None else cfg.clip_x0)
+
+
 @torch.no_grad()
 def reverse_loop(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: Any,
                  noise: StackedGenerator, shape: tuple[int, ...], *, method: str = "ddpm", steps: int | None = None,
                  eta: float = 1.0, gt: GroundTruth | None = None, device: torch.device | str = "cpu",
-                 on_step: Callable[[int], None] | None = None, spacing: str = "uniform") -> Tensor:
+                 on_step: Callable[[int], None] | None = None, spacing: str = "uniform", shift: float = 1.0) -> Tensor:
     """Run the reverse sampler ``method`` (:mod:`timestep_lab.processes.solvers`) for one batch; returns x_0 as
     float ``[B, *shape]`` in about [-1, 1]. ``noise`` supplies the initial x_T and every step's noise,
-    per sample; ``spacing`` places the ``steps`` of DDPM and DDIM (:func:`respaced_timesteps`)."""
+    per sample; ``spacing`` places the ``steps`` of DDPM and DDIM (:func:`respaced_timesteps`); ``shift``
+    is the flow solvers' inference-time shift of their sigma grid."""
     solver = make_solver(method)
     if diffusion.kind not in solver.kinds:
         raise ValueError(f"reverse sampler {method!r} does not apply to a {diffusion.kind} process "
                          f"(it applies to {', '.join(solver.kinds)})")
     return solver.run(denoise, diffusion, noise, shape, steps=steps, eta=eta, gt=gt, device=device, on_step=on_step,
-                      spacing=spacing)
+                      spacing=spacing, shift=shift)
 
 
 def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: Any, *,
                   image_shape: tuple[int, int, int], seeds: list[int], method: str = "ddpm", steps: int | None = None,
                   eta: float = 1.0, batch_size: int = 500, device: torch.device | str = "cpu",
                   gt_images: Tensor | None = None, gt_range: tuple[int, int] | None = None,
-                  progress: bool = False, desc: str = "sampling") -> np.ndarray:
+                  progress: bool = False, desc: str = "sampling", shift: float = 1.0) -> np.ndarray:
     """Draw ``len(seeds)`` images; returns uint8 ``[N, H, W, C]``.
 
     :param image_shape: ``(C, H, W)``.
@@ -134,7 +143,7 @@ def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], di
             if gt_images is not None and gt_range is not None:
                 gt = GroundTruth(gt_images[start:start + len(chunk)], *gt_range)
             x = reverse_loop(denoise, diffusion, StackedGenerator(chunk, "cpu"), image_shape, method=method,
-                             steps=steps, eta=eta, gt=gt, device=device,
+                             steps=steps, eta=eta, gt=gt, device=device, shift=shift,
                              on_step=(lambda _i, n=len(chunk): bar.update(n)) if bar else None)
             out.append(to_uint8(x).permute(0, 2, 3, 1).cpu().numpy())
     finally:
@@ -181,7 +190,8 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
     diffusion, prediction, meta = loaded.diffusion, loaded.prediction, loaded.info
     solver = make_solver(cfg.method)
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else None
-    denoise = Denoiser(loaded.net, prediction, diffusion, clip_x0=cfg.clip_x0, autocast=autocast)
+    clip_x0 = resolved_clip_x0(cfg, diffusion)
+    denoise = Denoiser(loaded.net, prediction, diffusion, clip_x0=clip_x0, autocast=autocast)
     n = cfg.num_samples
     gt = None
     if gt_images is not None:
@@ -192,13 +202,14 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
     images = sample_images(denoise, diffusion, image_shape=shape, seeds=seeds, method=cfg.method, steps=cfg.steps,
                            eta=cfg.eta if cfg.method == "ddim" else 1.0, batch_size=cfg.batch_size, device=device,
                            gt_images=gt, gt_range=gt_range, progress=progress,
-                           desc=f"sampling {Path(model_path).parent.name}")
+                           desc=f"sampling {Path(model_path).parent.name}", shift=cfg.shift)
     info = {
         "model": str(model_path), "model_sha256": meta["sha256"], "model_format": fmt, "nimg": meta.get("nimg"),
         "status": meta.get("status", "ok"), "method": cfg.method,
         "steps": solver.num_steps(diffusion, cfg.steps), "evaluations": solver.evaluations(diffusion, cfg.steps),
         "num_timesteps": diffusion.T, "process": diffusion.kind,
-        "eta": cfg.eta if cfg.method == "ddim" else None, "use_ema": meta.get("use_ema"), "clip_x0": cfg.clip_x0,
+        "eta": cfg.eta if cfg.method == "ddim" else None, "use_ema": meta.get("use_ema"), "clip_x0": clip_x0,
+        "shift": cfg.shift,
         "seed_range": [cfg.seed_base, cfg.seed_base + n - 1], "num_samples": n,
         "prediction": meta.get("prediction"), "gt_range": list(gt_range) if gt_range else None,
     }

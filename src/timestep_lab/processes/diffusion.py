@@ -72,6 +72,7 @@ class GaussianDiffusion:
     """
 
     kind = "gaussian"  # its name in the process registry (timestep_lab.processes.registry)
+    clip_x0_default = True  # sample.clip_x0 null: clip x0_hat to [-1, 1] (DDPM's and DDIM's official code do)
 
     def __init__(self, alpha_bar: Tensor, variance: str = "fixed_large"):
         ab = alpha_bar.detach().double().cpu()

@@ -68,6 +68,7 @@ class RectifiedFlow:
 
     kind = "flow"
     variance = "fixed_large"  # of the equivalent chain, for its VLB terms
+    clip_x0_default = False  # sample.clip_x0 null: no clipping (diffusers' flow pipelines never clip)
 
     def __init__(self, num_timesteps: int):
         T = int(num_timesteps)
@@ -175,14 +176,17 @@ class RectifiedFlow:
 
     # ---------------------------------------------------------------- sampling grid
 
-    def inference_sigmas(self, steps: int | None) -> Tensor:
+    def inference_sigmas(self, steps: int | None, shift: float = 1.0) -> Tensor:
         """The ODE solvers' grid: ``steps`` sigmas ``linspace(1, 1/T, steps)`` (all T grid points when
-        ``steps`` is None or >= T; ``[1]`` for one step), then a final 0; float64 ``[steps + 1]``,
-        decreasing. Equal to ``FlowMatchEulerDiscreteScheduler().set_timesteps(steps).sigmas`` (tested)."""
+        ``steps`` is None or >= T; ``[1]`` for one step), mapped through :func:`shift_sigma` with
+        ``shift`` (inference-time shift), then a final 0; float64 ``[steps + 1]``, decreasing. Equal to
+        ``FlowMatchEulerDiscreteScheduler().set_timesteps(steps).sigmas`` at shift 1 and to
+        ``FlowMatchEulerDiscreteScheduler(shift=s).set_timesteps(sigmas=linspace(1, 1/T, steps))`` (tested)."""
         n = self.T if steps is None or steps >= self.T else int(steps)
         if n < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
         sig = torch.linspace(1.0, 1.0 / self.T, n, dtype=torch.float64) if n > 1 else torch.ones(1, dtype=torch.float64)
+        sig = shift_sigma(sig, float(shift))
         return torch.cat([sig, sig.new_zeros(1)])
 
     def t_of_sigma(self, sigma: Tensor) -> Tensor:

@@ -24,8 +24,10 @@ Flow ODE ``dx/dsigma = v = eps - x0`` on the grid ``sigma_0 = 1 > ... > sigma_{n
     Heun    x~ = Euler step;  x_{k+1} = x_k + (sigma_{k+1} - sigma_k) (v(x_k) + v(x~, sigma_{k+1})) / 2,
             an Euler step into sigma = 0                                                     2n - 1 evaluations
 
-with ``v = eps_hat - x0_hat`` from the denoiser (so clipping x0_hat, ``sample.clip_x0``, clips the
-velocity the same way it clips DDIM's step) and the network's time input ``t = sigma T - 1``
+with ``v = eps_hat - x0_hat`` from the denoiser (x0_hat is not clipped by default,
+``RectifiedFlow.clip_x0_default``, as in diffusers; ``sample.clip_x0: true`` clips it and so the velocity),
+on the grid shifted by ``sample.shift`` (``s sigma / (1 + (s - 1) sigma)``, as SD3's and Flux's
+pipelines sample) and the network's time input ``t = sigma T - 1``
 (fractional between grid points). Euler and Heun equal diffusers' ``FlowMatchEulerDiscreteScheduler``
 and ``FlowMatchHeunDiscreteScheduler`` steps (tests/test_flow.py).
 
@@ -81,6 +83,7 @@ class Solver:
     loop: Callable[..., Tensor]
     count: Callable[[Any, int | None], int]
     evaluations_per_step: Callable[[int], int] = lambda n: n
+    shiftable: bool = False  # takes an inference-time shift of its grid (``sample.shift``)
 
     def num_steps(self, process: Any, steps: int | None) -> int:
         """Steps the loop takes (progress-bar units; ``steps`` in the samples' metadata)."""
@@ -92,10 +95,14 @@ class Solver:
 
     def run(self, denoise: Denoise, process: Any, noise: Any, shape: tuple[int, ...], *, steps: int | None = None,
             eta: float = 1.0, gt: Any = None, device: torch.device | str = "cpu",
-            on_step: Callable[[int], None] | None = None, spacing: str = "uniform") -> Tensor:
-        """x_0 as float ``[B, *shape]`` (about [-1, 1]) for one batch."""
+            on_step: Callable[[int], None] | None = None, spacing: str = "uniform", shift: float = 1.0) -> Tensor:
+        """x_0 as float ``[B, *shape]`` (about [-1, 1]) for one batch; ``shift`` != 1 only for a
+        :attr:`shiftable` solver."""
+        if shift != 1.0 and not self.shiftable:
+            raise ValueError(f"reverse sampler {self.name!r} has no inference-time shift (sample.shift = {shift})")
+        kw = {"shift": shift} if self.shiftable else {}
         return self.loop(denoise, process, noise, shape, steps=steps, eta=eta, gt=gt, device=torch.device(device),
-                         on_step=on_step, spacing=spacing)
+                         on_step=on_step, spacing=spacing, **kw)
 
 
 def _respaced_count(process: Any, steps: int | None) -> int:
@@ -219,9 +226,9 @@ def _uniform_only(spacing: str) -> None:
         raise ValueError(f"the flow solvers step on the flow's own sigma grid; spacing {spacing!r} does not apply")
 
 
-def _euler_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step, spacing="uniform"):
+def _euler_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step, spacing="uniform", shift=1.0):
     _uniform_only(spacing)
-    sig = flow.inference_sigmas(steps).tolist()
+    sig = flow.inference_sigmas(steps, shift).tolist()
     x = noise.randn(shape, to=device)  # x at sigma = 1 is pure noise
     n = len(sig) - 1
     for k in range(n):
@@ -231,9 +238,9 @@ def _euler_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step,
     return x
 
 
-def _heun_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step, spacing="uniform"):
+def _heun_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step, spacing="uniform", shift=1.0):
     _uniform_only(spacing)
-    sig = flow.inference_sigmas(steps).tolist()
+    sig = flow.inference_sigmas(steps, shift).tolist()
     x = noise.randn(shape, to=device)
     n = len(sig) - 1
     for k in range(n):
@@ -251,9 +258,10 @@ def _heun_loop(denoise, flow, noise, shape, *, steps, eta, gt, device, on_step, 
 
 @SOLVERS.register("euler")
 def _euler(_params) -> Solver:
-    return Solver("euler", ("flow",), _euler_loop, _ode_count)
+    return Solver("euler", ("flow",), _euler_loop, _ode_count, shiftable=True)
 
 
 @SOLVERS.register("heun")
 def _heun(_params) -> Solver:
-    return Solver("heun", ("flow",), _heun_loop, _ode_count, evaluations_per_step=lambda n: 2 * n - 1)
+    return Solver("heun", ("flow",), _heun_loop, _ode_count, evaluations_per_step=lambda n: 2 * n - 1,
+                  shiftable=True)

@@ -21,9 +21,13 @@ logit_normal        floor(sigmoid(N(m, s^2)) T) (SD3)                           
 lognormal           nearest t to ln sigma ~ N(P_mean, P_std^2) (EDM)             1
 mode                floor(f_mode(u; s) T) (SD3)                                  1
 cosmap              floor((1 - 1/(tan(pi u/2) + 1)) T) (SD3)                     1
-laplace             nearest t to log-SNR ~ Laplace(mu, b) (2407.03297)           1
-cauchy              nearest t to log-SNR ~ Cauchy(mu, gamma) (2407.03297)        1
+laplace             first t at or below log-SNR ~ Laplace(mu, b) (2407.03297)         1
+cauchy              first t at or below log-SNR ~ Cauchy(mu, gamma) (2407.03297)      1
 shift               SD3's shift s t/(1 + (s-1) t) around any ``base`` sampler    1           as base
+truncate            any ``base`` mapped affinely into [lo, hi] (the trainers)    1           as base
+sigmoid             OneTrainer's SIGMOID table                                   1
+inverted_parabola   OneTrainer's INVERTED_PARABOLA table                         1
+beta                floor(Beta(alpha, beta) T) (SimpleTuner)                     1
 curriculum          ``first`` until ``switch_kimg``, then ``then`` (2603.12517)    as active   yes
 ==================  ===========================================================  ==========  ========
 
@@ -53,6 +57,7 @@ from timestep_lab.timesteps import (  # noqa: F401
     slots,
     speed,
     toward_zero,
+    trainers,
     uniform,
 )
 from timestep_lab.timesteps.base import TimestepSampler

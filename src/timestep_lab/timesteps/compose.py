@@ -10,6 +10,9 @@ bin, mapped through the shift and floored back onto the grid::
 
     u ~ U[0, 1),  x = (t_base + u) / T,  x' = s x / (1 + (s - 1) x),  t = min(floor(x' T), T - 1)
 
+with ``s`` from ``rule`` (:mod:`timestep_lab.timesteps.shift_rules`: ``fixed`` = ``shift``, or
+Flux's and SD3's resolution-dependent rules from ``image_size``).
+
 For the rectified flow x is the noise fraction sigma (t = floor(sigma T) is the grid point whose
 sigma_t = (t + 1) / T is the first >= sigma), so ``s > 1`` moves training toward noise exactly as
 SD3's shift of sigma does; for the Gaussian process it shifts t / T. ``probs()`` is exact:
@@ -37,8 +40,9 @@ from timestep_lab.processes.flow import shift_sigma, unshift_sigma
 from timestep_lab.registry import check_range
 from timestep_lab.timesteps.base import TimestepSampler
 from timestep_lab.timesteps.registry import SAMPLERS
+from timestep_lab.timesteps.shift_rules import SHIFT_RULES, resolution_shift
 
-__all__ = ["check_spec", "ShiftSampler", "CurriculumSampler"]
+__all__ = ["check_spec", "MappedSampler", "mapped_probs", "ShiftSampler", "CurriculumSampler"]
 
 _NESTED = "\x00nested"  # the source placeholder of a nested check, cut from its message
 
@@ -71,38 +75,47 @@ def _build(spec: Mapping[str, Any], num_timesteps: int, alpha_bar: Tensor | None
 @dataclass(frozen=True)
 class ShiftParams:
     base: Mapping[str, Any] = field(default_factory=lambda: {"name": "uniform"})
-    shift: float = 3.0  # SD3's value at 1024^2 (Sec. 5.3.2)
+    shift: float = 3.0  # SD3's value at 1024^2 (Sec. 5.3.2); the rule "fixed" uses it
+    rule: str = "fixed"  # fixed | flux | sd3 (timesteps.shift_rules)
+    image_size: int | None = None  # the training images' side in pixels, for flux and sd3
 
     def __post_init__(self) -> None:
         check_range("shift", self.shift, 0.0, None, lo_open=True)
+        if self.rule not in SHIFT_RULES:
+            raise ValueError(f"rule must be one of {', '.join(SHIFT_RULES.names())}, got {self.rule!r}")
+        if self.image_size is not None:
+            check_range("image_size", self.image_size, 1, None)
         check_spec("base", self.base)
 
+    @property
+    def value(self) -> float:
+        """The shift ``s`` the rule gives (:func:`~timestep_lab.timesteps.shift_rules.resolution_shift`)."""
+        return resolution_shift(self.rule, shift=self.shift, image_size=self.image_size)
 
-@SAMPLERS.register("shift", ShiftParams)
-class ShiftSampler(TimestepSampler):
-    """SD3's timestep shift around the sampler ``base`` (module docstring)."""
 
-    def __init__(self, params: ShiftParams, *, num_timesteps: int, alpha_bar: Tensor | None = None, device="cpu", **_):
+class MappedSampler(TimestepSampler):
+    """A ``base`` sampler whose t, spread uniformly over its bin, goes through a monotone map of
+    [0, 1] (``forward``, with its ``inverse``) and is floored back onto the grid:
+    ``x = (t_base + u) / T``, ``t = min(floor(forward(x) T), T - 1)``. ``probs()`` is exact (the
+    piecewise-linear CDF of ``x`` at the inverse-mapped bin edges); weight 1 (a base's importance
+    weight is dropped); a learning base learns from the mapped t."""
+
+    def __init__(self, base: Mapping[str, Any], num_timesteps: int, alpha_bar: Tensor | None, device: Any, *,
+                 forward: Any, inverse: Any):
         super().__init__(num_timesteps, device)
-        self.shift = float(params.shift)
-        self.base = _build(params.base, num_timesteps, alpha_bar, device)
+        self.forward, self.inverse = forward, inverse
+        self.base = _build(base, num_timesteps, alpha_bar, device)
         self.stateful = self.base.stateful
 
     def sample(self, batch_size, generator, x0=None):
         t_base, _ = self.base.sample(batch_size, generator, x0=x0)
         u = torch.rand(batch_size, generator=generator, device=generator.device, dtype=torch.float64)
         x = (t_base.to(torch.float64) + u) / self.T
-        t = torch.floor(shift_sigma(x, self.shift) * self.T).long().clamp_(0, self.T - 1)
+        t = torch.floor(self.forward(x) * self.T).long().clamp_(0, self.T - 1)
         return t, torch.ones(batch_size, device=generator.device)
 
     def probs(self) -> Tensor:
-        p = self.base.probs().double()
-        cum = torch.cat([p.new_zeros(1), torch.cumsum(p, 0)])  # cum[i] = P(t_base < i)
-        edges = unshift_sigma(torch.arange(self.T + 1, dtype=torch.float64) / self.T, self.shift) * self.T
-        i = edges.floor().long().clamp(0, self.T - 1)
-        cdf = cum[i] + p[i] * (edges - i)  # P((t_base + u) < edge), piecewise linear
-        cdf[-1] = cum[-1]
-        return (cdf[1:] - cdf[:-1]).clamp_min(0.0)
+        return mapped_probs(self.base.probs(), self.inverse)
 
     def before_update(self, **context: Any) -> None:
         self.base.before_update(**context)
@@ -115,6 +128,30 @@ class ShiftSampler(TimestepSampler):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.base.load_state_dict(state)
+
+
+def mapped_probs(p: Tensor, inverse: Any) -> Tensor:
+    """pmf ``[T]`` of ``min(floor(g(x) T), T - 1)``, ``x = (t + u)/T``, ``t ~ p``, ``u ~ U[0, 1)``, for a
+    monotone increasing map ``g`` of [0, 1] with ``inverse`` (values clamped into [0, 1]):
+    ``P(t' = j) = F(inverse((j + 1)/T)) - F(inverse(j/T))``, ``F`` the piecewise-linear CDF of x."""
+    p = p.double()
+    T = p.numel()
+    cum = torch.cat([p.new_zeros(1), torch.cumsum(p, 0)])  # cum[i] = P(t_base < i)
+    edges = inverse(torch.arange(T + 1, dtype=torch.float64) / T) * T
+    i = edges.floor().long().clamp(0, T - 1)
+    cdf = cum[i] + p[i] * (edges - i)  # P((t_base + u) < edge), piecewise linear
+    cdf[-1] = cum[-1]
+    return (cdf[1:] - cdf[:-1]).clamp_min(0.0)
+
+
+@SAMPLERS.register("shift", ShiftParams)
+class ShiftSampler(MappedSampler):
+    """SD3's timestep shift around the sampler ``base`` (module docstring)."""
+
+    def __init__(self, params: ShiftParams, *, num_timesteps: int, alpha_bar: Tensor | None = None, device="cpu", **_):
+        self.shift = s = params.value
+        super().__init__(params.base, num_timesteps, alpha_bar, device, forward=lambda x: shift_sigma(x, s),
+                         inverse=lambda y: unshift_sigma(y, s))
 
 
 # ---------------------------------------------------------------- curriculum

@@ -7,11 +7,20 @@ Sec. 2 (importance sampling of lambda = log SNR; docs/methods.md §12.2)::
     cauchy    p(lambda) = gamma / (pi ((lambda - mu)^2 + gamma^2))           defaults mu = 0, gamma = 1
     t = argmin_i | lambda - lambda_i |,   lambda_i = log(ab_i / (1 - ab_i))   (decreasing in i)
 
-drawn by inverse CDF from one uniform per sample. The nearest t is found on the midpoints
-``m_i = (lambda_i + lambda_{i+1}) / 2`` (as ``lognormal`` does in log sigma = -lambda / 2), so
-``P(t = i) = F(m_{i-1}) - F(m_i)`` with ``m_{-1} = +inf``, ``m_{T-1} = -inf``: mass above lambda_0 goes
-to t = 0, below lambda_{T-1} to T - 1. That is ``probs()``. Weight 1. For the rectified flow
-lambda = 2 log((1 - sigma) / sigma), so ``laplace`` concentrates training around sigma = 1/2.
+drawn by inverse CDF from one uniform per sample and landed on the grid by ``landing``:
+
+* ``below`` (default): t is the first grid point whose log-SNR is at or below the draw, edges
+  ``m_i = lambda_i``. For the rectified flow that is ``t = min(floor(sigma T), T - 1)``, the rule of
+  every other flow sampler (logit_normal, mode, cosmap, shift; diffusers' scripts): the pure-noise
+  point t = T - 1 gets ``P(sigma >= (T - 1)/T)`` (cauchy: 2.3% at T = 1000; 0 in the limit T -> inf).
+* ``nearest``: the nearest t in log-SNR, edges the midpoints ``m_i = (lambda_i + lambda_{i+1}) / 2``
+  (as ``lognormal`` does in log sigma = -lambda / 2). For the flow the last midpoint rests on the
+  floored log-SNR at sigma = 1 (``AB_FLOOR``, an arbitrary constant): cauchy put 1.54% on pure noise
+  there. This was the rule before issue 43 (docs/methods.md §12.2).
+
+``P(t = i) = F(m_{i-1}) - F(m_i)`` with ``m_{-1} = +inf``, ``m_{T-1} = -inf``. That is ``probs()``.
+Weight 1. For the rectified flow lambda = 2 log((1 - sigma) / sigma), so ``laplace`` concentrates
+training around sigma = 1/2.
 """
 
 from __future__ import annotations
@@ -26,7 +35,18 @@ from timestep_lab.registry import check_range
 from timestep_lab.timesteps.base import TimestepSampler
 from timestep_lab.timesteps.registry import SAMPLERS
 
-__all__ = ["laplace_cdf", "laplace_icdf", "cauchy_cdf", "cauchy_icdf"]
+__all__ = ["laplace_cdf", "laplace_icdf", "cauchy_cdf", "cauchy_icdf", "LANDINGS"]
+
+#: how a log-SNR draw lands on the grid: the edges between t = i and i + 1 from lambda [T] (decreasing)
+LANDINGS = {
+    "below": lambda lam: lam[:-1],
+    "nearest": lambda lam: (lam[1:] + lam[:-1]) / 2,
+}
+
+
+def _check_landing(landing: str) -> None:
+    if landing not in LANDINGS:
+        raise ValueError(f"landing must be one of {', '.join(LANDINGS)}, got {landing!r}")
 
 
 def laplace_cdf(x: Tensor, mu: float, b: float) -> Tensor:
@@ -58,8 +78,9 @@ class _LogSnrSampler(TimestepSampler):
         ab = alpha_bar.detach().double().cpu()
         lam = torch.log(ab) - torch.log1p(-ab)  # decreasing in t
         self.params = params
-        # searchsorted needs increasing values: work with -lambda
-        self.neg_mid = -(lam[1:] + lam[:-1]) / 2  # [T-1], increasing
+        # searchsorted needs increasing values: work with -lambda (right=False: a draw on an edge
+        # lambda_i lands on t = i, the grid point at or below it)
+        self.neg_mid = -LANDINGS[params.landing](lam)  # [T-1], increasing
         self._mid_on: dict[torch.device, Tensor] = {}
 
     def cdf(self, x: Tensor) -> Tensor:
@@ -86,9 +107,11 @@ class _LogSnrSampler(TimestepSampler):
 class LaplaceParams:
     mu: float = 0.0
     b: float = 0.5
+    landing: str = "below"
 
     def __post_init__(self) -> None:
         check_range("b", self.b, 0.0, None, lo_open=True)
+        _check_landing(self.landing)
 
 
 @SAMPLERS.register("laplace", LaplaceParams)
@@ -104,9 +127,11 @@ class LaplaceSampler(_LogSnrSampler):
 class CauchyParams:
     mu: float = 0.0
     gamma: float = 1.0
+    landing: str = "below"
 
     def __post_init__(self) -> None:
         check_range("gamma", self.gamma, 0.0, None, lo_open=True)
+        _check_landing(self.landing)
 
 
 @SAMPLERS.register("cauchy", CauchyParams)

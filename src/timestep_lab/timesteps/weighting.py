@@ -26,7 +26,18 @@ edm        (sigma^2 + sigma_data^2) / (sigma sigma_data)^2, sigma = sqrt((1-ab)/
 density    T p(t), p the pmf of a fixed timestep sampler (``sampler: {name, params}``):  native
            "density as weight", uniform t with E_uniform[w L] = E_p[L] (arXiv 2407.03297's
            comparison; diffusers' ``cosmap`` is ``density`` of SD3's cosmap density)
+precondition_outputs
+           sigma^2 w_s(sigma): diffusers' SD3 default (train_dreambooth_sd3.py,          v (flow)
+           ``--precondition_outputs 1``): the output turned into ``x0_hat = x_t - sigma
+           v_hat`` and regressed on x0, ``||x0_hat - x0||^2 = sigma^2 ||v_hat - v||^2``,
+           times ``compute_loss_weighting_for_sd3(scheme)``: w_s = 1 (none),
+           sigma^-2 (sigma_sqrt), 2/(pi (1 - 2 sigma + 2 sigma^2)) (cosmap)
+sigma_sqrt sigma^-2 (diffusers' ``weighting_scheme: sigma_sqrt`` on the velocity loss,       v (flow)
+           as its scripts without preconditioning apply it)
 =========  ==========================================================================  =======
+
+The two flow entries read the flow's own ``sigma`` table (``make_weighting(..., sigma=...)``) and
+are defined on the velocity loss: they need ``diffusion.kind: flow`` and ``prediction: v``.
 """
 
 from __future__ import annotations
@@ -57,9 +68,12 @@ class Weighting:
     ``p`` holds the entry's parameters (its registry dataclass)."""
 
     space = "native"
+    flow_velocity_only = False  # defined on the rectified flow's velocity loss (needs ``sigma``, prediction v)
 
-    def __init__(self, params: object, *, alpha_bar: Tensor, prediction: str = "eps", v_scale: Tensor | None = None):
+    def __init__(self, params: object, *, alpha_bar: Tensor, prediction: str = "eps", v_scale: Tensor | None = None,
+                 sigma: Tensor | None = None):
         self.p = params
+        self.sigma = None if sigma is None else sigma.double()  # the flow's noise fraction [T]; None: Gaussian
         self.alpha_bar = alpha_bar.double()
         self.snr = self.alpha_bar / (1.0 - self.alpha_bar)
         self.v_scale = self.alpha_bar if v_scale is None else v_scale.double()
@@ -102,12 +116,12 @@ class SpeedWeightParams:
 @WEIGHTINGS.register("speed", SpeedWeightParams)
 class SpeedWeighting(Weighting):
     def __init__(self, params: SpeedWeightParams, *, alpha_bar: Tensor, prediction: str = "eps",
-                 v_scale: Tensor | None = None):
+                 v_scale: Tensor | None = None, sigma: Tensor | None = None):
         T = alpha_bar.numel()
         self.tau = round(0.7 * T) if params.tau is None else params.tau
         if self.tau > T:
             raise ValueError(f"tau must be <= T={T}, got {self.tau}")
-        super().__init__(params, alpha_bar=alpha_bar, prediction=prediction, v_scale=v_scale)
+        super().__init__(params, alpha_bar=alpha_bar, prediction=prediction, v_scale=v_scale, sigma=sigma)
 
     def formula(self) -> Tensor:
         g = finite_difference(1.0 - self.alpha_bar)
@@ -196,8 +210,58 @@ class DensityWeighting(Weighting):
         return p.numel() * p / p.sum()
 
 
+#: diffusers' compute_loss_weighting_for_sd3 schemes as functions of sigma (float64 [T])
+SD3_SCHEMES = {
+    "none": lambda s: torch.ones_like(s),
+    "sigma_sqrt": lambda s: s**-2.0,
+    "cosmap": lambda s: 2.0 / (torch.pi * (1.0 - 2.0 * s + 2.0 * s**2)),
+}
+
+
+class _FlowVelocityWeighting(Weighting):
+    """A weight defined on the flow's velocity loss as a function of its ``sigma`` table."""
+
+    flow_velocity_only = True
+
+    def _convert(self, w: Tensor) -> Tensor:
+        if self.sigma is None:
+            raise ValueError(f"{type(self).__name__} is defined on the flow's velocity loss: diffusion.kind flow only")
+        if self.prediction_space != "v":
+            raise ValueError(f"{type(self).__name__} is defined on the velocity loss: diffusion.prediction v only, "
+                             f"got {self.prediction_space}")
+        return w
+
+    def formula(self) -> Tensor:
+        return self.flow_formula(self.sigma) if self.sigma is not None else torch.ones_like(self.alpha_bar)
+
+    def flow_formula(self, sigma: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class PreconditionParams:
+    scheme: str = "none"  # diffusers' --weighting_scheme on the x0 loss: none | sigma_sqrt | cosmap
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SD3_SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(SD3_SCHEMES)}, got {self.scheme!r}")
+
+
+@WEIGHTINGS.register("precondition_outputs", PreconditionParams)
+class PreconditionOutputs(_FlowVelocityWeighting):
+    def flow_formula(self, sigma: Tensor) -> Tensor:
+        return sigma**2 * SD3_SCHEMES[self.p.scheme](sigma)
+
+
+@WEIGHTINGS.register("sigma_sqrt", NoParams)
+class SigmaSqrt(_FlowVelocityWeighting):
+    def flow_formula(self, sigma: Tensor) -> Tensor:
+        return SD3_SCHEMES["sigma_sqrt"](sigma)
+
+
 def make_weighting(name: str, alpha_bar: Tensor, prediction: str = "eps", v_scale: Tensor | None = None,
-                   **params) -> Weighting:
+                   sigma: Tensor | None = None, **params) -> Weighting:
     """Build a weighting by name; ``params`` are checked against its parameter dataclass.
-    ``v_scale`` converts eps-space formulas to the v loss space (default ``alpha_bar``, module docstring)."""
-    return WEIGHTINGS.build(name, params, alpha_bar=alpha_bar, prediction=prediction, v_scale=v_scale)
+    ``v_scale`` converts eps-space formulas to the v loss space (default ``alpha_bar``, module docstring);
+    ``sigma`` is the flow's noise-fraction table (the flow-only entries need it)."""
+    return WEIGHTINGS.build(name, params, alpha_bar=alpha_bar, prediction=prediction, v_scale=v_scale, sigma=sigma)
