@@ -11,7 +11,8 @@ What changes (:func:`rehearsal_study`), with the sizes in :data:`SIZES`:
 * evaluation -> the stand-in feature weights, :attr:`Sizes.num_samples` samples, :attr:`Sizes.steps`
   reverse steps, :attr:`Sizes.progress_points` points of FID against images seen;
 * the network -> two levels, one residual block, :attr:`Sizes.channels` wide (ADM's 64-channel
-  heads keep 64), attention kept (at the lower level) where the study has any;
+  heads become :attr:`Sizes.head_channels`, and its network that wide), attention kept (at the lower
+  level) where the study has any;
 * run lengths -> the base run is :attr:`Sizes.kimg`; every other ``*_kimg`` value (warm-up, EMA,
   fine-tune and retraining lengths, momentum decay, curricula) keeps its ratio to the base run's
   length, a run at least :attr:`Sizes.min_kimg`; logging and snapshots per run fraction, the
@@ -57,7 +58,10 @@ class Sizes:
     progress_points: int = 2  # FID against images seen: two points per followed run
     steps: int = 4  # reverse-process steps when sampling
     resolution: int = 8  # where the data set's resolution is configurable (CelebA-HQ, ImageNet): 8x8, attention at 4x4
-    channels: int = 16  # base network width (ADM's heads of 64 channels need 64)
+    channels: int = 16  # base network width (a network with attention heads: at least one head)
+    # ADM's attention heads of 64 channels shrink to this and its network is this wide, with 16 norm
+    # groups (a flag its guided-diffusion loader takes), so a narrower consistency arm still fits
+    head_channels: int = 32
     train_images: int = 20  # fake raw data: training images (CIFAR-10: 4 per data batch)
     test_images: int = 8  # and held-out images, where the data set has a test split
     profile_images: int = 4  # loss profile: images, timesteps (about), gradient timesteps and samples
@@ -153,9 +157,9 @@ class _Scaler:
 
     def __init__(self, kimg_ratio: float, batch: float, sizes: Sizes, width: int, heads: int):
         self.kimg_ratio, self.batch_f, self.sizes = kimg_ratio, batch, sizes
-        self.width0, self.heads = width, heads
-        self.width = max(sizes.channels, heads) if heads > 0 else sizes.channels
-        self.groups = min(32 if heads > 0 else 8, self.width)  # divides every width of the rehearsal network
+        self.width0, self.heads = width, (min(heads, sizes.head_channels) if heads > 0 else heads)
+        self.width = max(sizes.channels, self.heads) if heads > 0 else sizes.channels
+        self.groups = min(16 if heads > 0 else 8, self.width)  # divides every width of the rehearsal network
 
     def kimg(self, value: float) -> float:
         return round(float(value) * self.kimg_ratio, 6)
@@ -254,6 +258,8 @@ def _model(model: Mapping[str, Any], res: int, scale: _Scaler) -> dict[str, Any]
     if out.get("name", "unet") != "unet":  # another network (e.g. a diffusers folder): as configured
         return out
     out.update(channels=scale.width, channel_mult=[1, 2], num_res_blocks=1, norm_groups=scale.groups)
+    if int(out.get("num_head_channels") or -1) > 0:
+        out["num_head_channels"] = scale.heads
     if out.get("attention_resolutions"):  # keep attention, at the lower of the two levels
         out["attention_resolutions"] = [max(1, int(res) // 2)]
     return out
