@@ -408,11 +408,12 @@ def verdicts_args(wildcards, input):
 
 def index_args(wildcards, input):
     """The index command's other options, a list of words for ``{params.args:q}``."""
+    scales = scorecard_present()
     return [f"--study={STUDY}", f"--config-source={CONFIG_SOURCE}",
             f"--results-dir={os.path.dirname(input.summary)}",  # results/<study>: its benchmark files
             f"--logs-dir={LOGS}",  # logs/<study>/<rule>/<job>.log: each job's exact CPU (its usage line)
             # a rehearsal's index carries a banner: no number on it is a result
             *W.opt("--rehearsal", json.dumps(config["rehearsal"], sort_keys=True) if config.get("rehearsal") else None),
             # other studies with results: the index links reports/scorecard.html
-            *(["--scales", *scorecard_present()] if scorecard_present() else []),
+            *(["--scales", *scales] if scales else []),
             f"--reproducibility={ARITHMETIC}"]  # the level asked for, beside the records' own

@@ -68,10 +68,11 @@ def cmd_index(args: argparse.Namespace) -> int:
     measured cost from its benchmark files and job logs), linking every report."""
     if not args.template.is_file():
         raise ConfigError(f"{args.template}: index template not found")
-    for opt in ("summary", "verdicts"):
-        if not isinstance(read_json(getattr(args, opt)), dict):
+    summary, verdicts = read_json(args.summary), read_json(args.verdicts)
+    for opt, data in (("summary", summary), ("verdicts", verdicts)):
+        if not isinstance(data, dict):
             raise ArtifactError(f"{getattr(args, opt)}: not the study's {opt}.json (a JSON object)")
-    if not isinstance(read_json(args.verdicts).get("claims"), list):
+    if not isinstance(verdicts.get("claims"), list):
         raise ArtifactError(f"{args.verdicts}: no list of claims (the verdicts job writes it)")
     render_index(args.template, args.out, study=args.study, summary=args.summary, verdicts=args.verdicts,
                  slots=args.slots, estimate=args.estimate, reports=[str(r) for r in args.reports],
