@@ -128,3 +128,15 @@ def test_train_job_signalled_at_its_time_limit_resumes_bit_exactly(slurm_cluster
     assert not list(run_dir.rglob("events.out.tfevents.*"))
     print(f"signalled at {signalled_at:.0f} s (after step {resumed.group(2)}), finished after "
           f"{time.monotonic() - start:.0f} s")
+
+
+def test_the_slurm_tests_snakemake_polls_at_most_every_few_seconds():
+    """tests/snakemake_steady_poll.py caps the SLURM executor's back-off (it adds 10 s per status
+    check that finds no job finished, up to 180 s): whatever the executor asks for, <= CAP_S."""
+    from snakemake_executor_plugin_slurm import Executor
+    from snakemake_steady_poll import CAP_S
+
+    executor = Executor.__new__(Executor)  # the property alone: no workflow needed
+    for asked, got in ((2, 2), (12, min(12, CAP_S)), (180, CAP_S)):
+        executor.next_seconds_between_status_checks = asked
+        assert executor._next_seconds_between_status_checks == got
