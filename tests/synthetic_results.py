@@ -23,7 +23,7 @@ from timestep_lab.artifacts.samples_file import save_controls
 from timestep_lab.workflow.runs import arm_id
 
 #: the synthetic study's own column values (workflow.runs.base_columns): batch 64, width 16, 12 kimg
-SYN_BASE = {"batch_size": 64, "channels": 16, "total_kimg": 12}
+SYN_BASE = {"batch_size": 64, "channels": 16, "total_kimg": 12, "sample_shift": 1.0}
 
 SEEDS = (0, 1, 3)
 T = 100
@@ -99,7 +99,7 @@ def make_results(root: Path) -> Synthetic:
         r = runs.setdefault(rid, {"run": rid, "sampler": sampler, "weighting": weighting, "prediction": pred,
                                   "batch_size": batch, "schedule": schedule, "seed": seed, "groups": [],
                                   "optim_schedule": optim, "lr_compensated": compensate, "channels": channels,
-                                  "nimg": nimg, "init_from": init_from, "progress": set()})
+                                  "nimg": nimg, "init_from": init_from, "sample_shift": 1.0, "progress": set()})
         r["groups"] += [g for g in groups if g not in r["groups"]]
         r["progress"] |= set(progress)
 
@@ -139,7 +139,7 @@ def make_results(root: Path) -> Synthetic:
         base = {k: r[k] for k in ("run", "sampler", "weighting", "prediction", "batch_size", "schedule", "seed",
                                   "optim_schedule", "channels")}
         base.update(arm=arm_id(rid, r["seed"]), groups=";".join(r["groups"]), lr_compensated=r["lr_compensated"],
-                    total_kimg=round(r["nimg"] / 1000), init_from=r["init_from"])
+                    total_kimg=round(r["nimg"] / 1000), init_from=r["init_from"], sample_shift=r["sample_shift"])
         value = 30.5 if rid == "reference" else _fid(rid, r["seed"])
         for tool in ("torch-fidelity", "clean-fid"):
             rows.append({**base, **proto, "stage": "final", "nimg": r["nimg"], "metric": "fid", "value": value,

@@ -219,7 +219,7 @@ def test_wrapper_equals_direct_library_calls(digits_ref, digits_cnn, digits_dir,
 def test_evaluate_cli_writes_the_protocol_record(digits_ref, digits_cnn, digits_test_dir, tmp_path):
     test = np.array(PreparedData(digits_test_dir).images)
     meta = {"method": "ddim", "steps": 50, "eta": 0.0, "use_ema": True, "seed_range": [0, len(test) - 1],
-            "nimg": 60_000, "model": "run/model.pt", "model_sha256": "ab" * 32}
+            "nimg": 60_000, "model": "run/model.pt", "model_sha256": "ab" * 32, "clip_x0": True, "shift": 1.0}
     save_samples(tmp_path / "samples.npz", test, list(range(len(test))), meta)
     out = tmp_path / "metrics.json"
     assert main(["evaluate", "--samples", str(tmp_path / "samples.npz"), "--reference", str(digits_ref),
@@ -228,8 +228,8 @@ def test_evaluate_cli_writes_the_protocol_record(digits_ref, digits_cnn, digits_
     assert res["label"] == "FID (digits-CNN features)" and res["nimg"] == 60_000 and res["kimg"] == 60.0
     assert res["fid"] > 0 and res["fid_clean_fid"] > 0 and res["kid"] is not None and res["precision"] is not None
     required = {"metric", "value", "tool", "tool_version", "feature_extractor", "feature_weights_sha256",
-                "num_generated", "num_reference", "sampler", "steps", "eta", "ema", "seed_range", "reference_file",
-                "reference_sha256", "label"}
+                "num_generated", "num_reference", "sampler", "steps", "eta", "clip_x0", "shift", "ema", "seed_range",
+                "reference_file", "reference_sha256", "label"}
     got = {(r["tool"], r["metric"]) for r in res["records"]}
     assert got == {("torch-fidelity", m) for m in ("fid", "kid_mean", "kid_std", "precision", "recall")} | \
         {("clean-fid", m) for m in ("fid", "kid_mean")}
@@ -239,6 +239,7 @@ def test_evaluate_cli_writes_the_protocol_record(digits_ref, digits_cnn, digits_
         assert r["reference_sha256"] == sha256_file(digits_ref)
         assert (r["num_generated"], r["num_reference"], r["sampler"], r["steps"], r["ema"]) == (359, 1438, "ddim", 50, True)
         assert r["seed_range"] == [0, 358] and r["feature_extractor"] == "digits-cnn"
+        assert (r["clip_x0"], r["shift"]) == (True, 1.0)  # the samples file's resolved sampling settings
     assert [r["label"] for r in res["records"] if r["metric"] == "fid"] == ["FID (digits-CNN features)"] * 2
     assert not list(tmp_path.glob(".*.tmp"))  # atomic write left nothing behind
 

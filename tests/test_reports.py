@@ -185,3 +185,19 @@ def test_flow_matching_states_each_arm_against_uniform(render, synthetic):
     text, _ = render("flow_matching")
     assert "logit-normal_none_v_b64_linear_flow_heun_kimg8" in text and "Holm p within the group = " in text
     assert "uniform_none_v_b64_linear_flow_heun_kimg8" in text
+
+
+def test_an_arm_and_its_sampling_shift_twin_are_two_variants(tmp_path):
+    """The reports name arms ``sampler+weighting``; an arm scored on a shifted grid (sample_shift
+    3.0) gets its own name, so its curve and rows are not merged with its twin's."""
+    import pandas as pd
+
+    from timestep_lab.reporting.notebook import load_study
+
+    rows = [{"run": f"uniform_none_v_s0{tag}", "groups": "flow_matching", "sampler": "uniform", "weighting": "none",
+             "sample_shift": shift, "value": v, "label": "FID"} for tag, shift, v in (("", 1.0, 10.0), ("_shift3.0", 3.0, 12.0))]
+    pd.DataFrame(rows).to_csv(tmp_path / "m.csv", index=False)
+    pd.DataFrame(rows).drop(columns="value").to_csv(tmp_path / "r.csv", index=False)
+    study = load_study("flow_matching", tmp_path / "m.csv", tmp_path / "r.csv")
+    assert list(study.metrics["variant"]) == ["uniform+none", "uniform+none sampled at shift 3"]
+    assert list(study.runs["variant"]) == ["uniform+none", "uniform+none sampled at shift 3"]

@@ -11,11 +11,11 @@ from timestep_lab.evidence.verdicts import CLAIMS, compare_group, judge_claims
 from timestep_lab.workflow.runs import arm_id
 
 #: the study's own column values the synthetic tables are built around (workflow.runs.base_columns)
-BASE = {"batch_size": 128, "channels": 16, "total_kimg": 24.0}
+BASE = {"batch_size": 128, "channels": 16, "total_kimg": 24.0, "sample_shift": 1.0}
 
 
 def _rows(group, sampler, weighting, seeds, fids, *, batch=128, prediction="eps", progress=None, tag="", kimg=24.0,
-          total_kimg=None, init_from="none"):
+          total_kimg=None, init_from="none", sample_shift=1.0):
     rows = []
     for seed, fid in zip(seeds, fids):
         run = f"{sampler}_{weighting}_{prediction}_b{batch}_linear_s{seed}{tag}"
@@ -23,7 +23,7 @@ def _rows(group, sampler, weighting, seeds, fids, *, batch=128, prediction="eps"
                     weighting=weighting, prediction=prediction, batch_size=batch, schedule="linear",
                     optim_schedule="constant", lr_compensated=False, channels=16,
                     total_kimg=kimg if total_kimg is None else total_kimg, init_from=init_from,
-                    metric="fid", tool="torch-fidelity")
+                    sample_shift=sample_shift, metric="fid", tool="torch-fidelity")
         rows.append({**base, "stage": "final", "kimg": kimg, "value": fid})
         for kimg, value in (progress or {}).get(seed, []):
             rows.append({**base, "stage": "progress", "kimg": kimg, "value": value})
@@ -217,8 +217,32 @@ def test_flow_matching_claims_are_judged_in_their_group_against_their_own_baseli
         assert rows[cid]["verdict"] == "not run" and "flow_matching" in rows[cid]["needs"]
     # every record carries its source, where in it, its question and the threads where users ask it
     assert all(c.where and c.paper and c.expected_sign in (-1, 1) and c.group == "flow_matching" for c in FLOW_CLAIMS)
-    assert set(QUESTION_OF) == {c.id for c in FLOW_CLAIMS} and set(QUESTION_OF.values()) == set(range(1, 9))
+    assert set(QUESTION_OF) == {c.id for c in FLOW_CLAIMS} and set(QUESTION_OF.values()) == set(range(1, 10))
     assert rows["fm_shift"]["asked_in"] and "recalled" in rows["fm_shift"]["note"]
+
+
+def test_sampling_shift_arms_are_told_apart_from_their_training_twins_by_the_sample_shift_column():
+    """Question 9: an arm scored on the grid shifted by 3 (``sample_shift`` 3.0, its own run id) is
+    a different arm from its training twin, so the group's baseline and every other claim still
+    select exactly one arm each; fm_train_sample_shift compares shift3 sampled with shift 3 against
+    shift3 sampled unshifted, fm_sample_shift uniform sampled with shift 3 against the baseline."""
+    rng = np.random.default_rng(3)
+    seeds, base = list(range(4)), 100 + rng.normal(0, 10, 4)
+    arms = {("uniform", 1.0, ""): base, ("uniform", 3.0, "_shift3.0"): base + 8 + rng.normal(0, 1, 4),
+            ("shift3", 1.0, ""): base + 4 + rng.normal(0, 1, 4), ("shift3", 3.0, "_shift3.0"): base - 6 + rng.normal(0, 1, 4)}
+    df = pd.DataFrame([r for (sampler, shift, tag), fids in arms.items()
+                       for r in _rows("flow_matching", sampler, "none", seeds, fids, prediction="v",
+                                      tag="_flow_heun" + tag, sample_shift=shift)])
+    rows = _judged(df)
+    assert rows["fm_sample_shift"]["verdict"] == "reproduced" and 6 < rows["fm_sample_shift"]["diff"] < 10
+    assert rows["fm_sample_shift"]["baseline"] == "uniform_none_v_b128_linear_flow_heun"
+    same = rows["fm_train_sample_shift"]
+    assert same["verdict"] == "reproduced" and -12 < same["diff"] < -8, same
+    assert same["arm"] == "shift3_none_v_b128_linear_flow_heun_shift3.0"
+    assert same["baseline"] == "shift3_none_v_b128_linear_flow_heun"
+    shift = rows["fm_shift"]  # training shift alone: the unshifted-grid twin, not the shift-3.0 one
+    assert shift["arm"] == "shift3_none_v_b128_linear_flow_heun" and 2 < shift["diff"] < 6
+    assert "sample.shift: 3" in next(c for c in CLAIMS if c.id == "fm_sample_shift").needs
 
 
 def test_the_asymptote_claim_is_not_judged_on_shortened_runs():

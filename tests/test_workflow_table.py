@@ -147,7 +147,7 @@ def test_scale_range_maps_paper_ranges_to_T():
     assert scale_range(100, 500, 100) == (10, 49)
 
 
-def _write_run(root, rid, *, status=None, fid=None, log_loss=0.5):
+def _write_run(root, rid, *, status=None, fid=None, log_loss=0.5, shift=None):
     import json
 
     d = root / "runs" / rid
@@ -158,7 +158,8 @@ def _write_run(root, rid, *, status=None, fid=None, log_loss=0.5):
         rec = {"metric": "fid", "value": fid, "tool": "torch-fidelity", "tool_version": "0.4.0",
                "feature_extractor": "digits-cnn", "feature_weights_sha256": "ab", "label": "FID (digits-CNN features)",
                "num_generated": 10, "num_reference": 20, "sampler": "ddim", "steps": 5, "eta": 0.0, "ema": True,
-               "seed_range": [0, 9], "reference_file": "ref.npz", "reference_sha256": "cd"}
+               "seed_range": [0, 9], "reference_file": "ref.npz", "reference_sha256": "cd", "clip_x0": False,
+               **({} if shift is None else {"shift": shift})}
         (d / "metrics.json").write_text(json.dumps({"status": status or "ok", "nimg": 1000, "records": [rec]}))
 
 
@@ -187,6 +188,42 @@ def test_collect_keeps_the_protocol_and_tells_failed_from_unscored(tmp_path):
         ("ddim", 5, "0-9", "cd", "ab")
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["fid"]["g"]["uniform+none+eps+64+linear"] == {"mean": 10.0, "std": 0.0, "n": 1}
+
+
+def test_collect_takes_the_sample_shift_column_from_the_score_record(tmp_path):
+    """metrics.csv's sample_shift is the shift the record says the samples were drawn on; a record
+    written before records kept it leaves the run table's column (the run's own sample.shift)."""
+    import pandas as pd
+
+    from timestep_lab.workflow.collect import collect
+
+    axes = {"sampler": "uniform", "weighting": "none", "prediction": "v", "batch_size": 64, "schedule": "linear",
+            "seed": 0}
+    runs = {"new": {"axes": axes, "groups": ["g"], "columns": {"sample_shift": 1.0}},
+            "old": {"axes": {**axes, "seed": 1}, "groups": ["g"], "columns": {"sample_shift": 3.0}}}
+    _write_run(tmp_path, "new", fid=10.0, shift=3)
+    _write_run(tmp_path, "old", fid=11.0)
+    collect(runs, str(tmp_path), str(tmp_path / "m.csv"), str(tmp_path / "r.csv"), str(tmp_path / "s.json"))
+    m = pd.read_csv(tmp_path / "m.csv").set_index("run")
+    assert m.loc["new", "sample_shift"] == 3.0 and m.loc["old", "sample_shift"] == 3.0
+    assert not m.loc["new", "clip_x0"]
+    assert pd.read_csv(tmp_path / "r.csv").set_index("run").loc["new", "sample_shift"] == 1.0
+
+
+def test_the_sampling_shift_is_an_arms_setting_never_the_evaluations():
+    """sample.shift in an arm's overrides gives the arm its own id and sample_shift column; the
+    evaluation's sampler settings setting a shift is one error naming the key."""
+    from timestep_lab.workflow import arm_columns
+
+    s = study(g={"list": [{"seed": 0}, {"seed": 0, "overrides": {"sample.shift": 3.0}}]})
+    runs = study_runs(s)
+    shifts = sorted(arm_columns(r.config, r.init_from)["sample_shift"] for rid, r in runs.items() if "g" in r.groups)
+    assert shifts == [1.0, 3.0]
+    for where, evaluation in (("evaluation.sample.shift", {"sample": {"method": "ddim", "shift": 3.0}}),
+                              ("evaluation.sample_by_kind.flow.shift", {"sample_by_kind": {"flow": {"shift": 2}}})):
+        bad = {**s, "evaluation": {**(s.get("evaluation") or {}), **evaluation}}
+        with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+            study_runs(bad)
 
 
 def test_runs_from_a_diffusers_reference_train_the_diffusers_unet():

@@ -12,9 +12,8 @@ flow-matching trainers ask (``asked_in``: the threads where they ask it):
 6. Which resolution rule for the shift: SD3's ``sqrt(m/n)`` or Flux's token-count line?
 7. diffusers' SD3 default ``precondition_outputs`` (a sigma^2-weighted velocity loss) or the plain velocity loss?
 8. Does truncating the timestep range help?
-
-(Training shift against sampling shift, ``sample.shift``, needs a per-arm sampling setting, which
-the study's arms do not have yet: no claim until they do.)
+9. Training shift or sampling shift: does sampling on the shifted grid (``sample.shift``, as the SD3
+   and Flux pipelines do) matter apart from training with the shift?
 
 Arms are named by the study's catalogue labels (``sampler``/``weighting`` columns of the
 collected table; config/config.yaml's ``samplers:`` and ``weightings:``), all in the group
@@ -32,8 +31,11 @@ from timestep_lab.claims.record import Claim, PaperNumber, Source
 __all__ = ["FLOW_CLAIMS", "FLOW_GROUP", "FLOW_BASELINE", "QUESTIONS", "QUESTION_OF", "BASE_LENGTH"]
 
 FLOW_GROUP = "flow_matching"
-#: the group's baseline arm: uniform t, unweighted loss (diffusers' weighting_scheme "none")
-FLOW_BASELINE: dict[str, Any] = {"sampler": "uniform", "weighting": "none"}
+#: the group's baseline arm: uniform t, unweighted loss (diffusers' weighting_scheme "none"), scored
+#: on the study's own sampling grid (``sample_shift`` column: the base's ``sample.shift``, 1 = no shift)
+FLOW_BASELINE: dict[str, Any] = {"sampler": "uniform", "weighting": "none", "sample_shift": "{base}"}
+#: an arm scored on the grid shifted by SD3's 3.0 (``overrides: {sample.shift: 3.0}``)
+SAMPLE_SHIFT3: dict[str, Any] = {"sample_shift": 3.0}
 #: runs at the study's base length (``total_kimg`` column of the run table): a group's
 #: ``train.total_kimg`` override (the default study's 6-kimg flow runs) leaves them out
 BASE_LENGTH: dict[str, Any] = {"total_kimg": "{base}"}
@@ -47,6 +49,7 @@ QUESTIONS = {
     6: "Which resolution rule for the shift: SD3's sqrt(m/n) or Flux's token-count rule?",
     7: "diffusers' default precondition_outputs (x0 loss) or the plain velocity loss?",
     8: "Does truncating the timestep range help?",
+    9: "Training shift or sampling shift: does sampling on the shifted grid matter apart from training with it?",
 }
 
 # threads where users ask (diffusers, finetrainers, OneTrainer, sd-scripts, musubi-tuner, minRF)
@@ -61,6 +64,7 @@ THREADS = {
     6: ("https://github.com/Nerogar/OneTrainer/pull/653", "https://github.com/kohya-ss/sd-scripts/issues/1762"),
     7: (),
     8: (),
+    9: ("https://github.com/kohya-ss/sd-scripts/issues/1762", "https://github.com/Nerogar/OneTrainer/pull/653"),
 }
 
 SD3 = Source("sd3", "Esser et al. 2024 (SD3)", "arXiv 2403.03206",
@@ -81,6 +85,10 @@ DIFFUSERS_FLUX = Source("diffusers_flux", "diffusers FluxPipeline (Flux's dynami
 DIFFUSERS_SD3 = Source("diffusers_sd3", "diffusers SD3 training script",
                        "diffusers/examples/dreambooth/train_dreambooth_sd3.py (--precondition_outputs, default 1)",
                        "train_dreambooth_sd3.py", "recalled [unverified]: the example scripts are not installed")
+DIFFUSERS_SAMPLE_SHIFT = Source("diffusers_sample_shift", "diffusers FlowMatchEulerDiscreteScheduler (shift)",
+                                "diffusers/schedulers/scheduling_flow_match_euler_discrete.py, set_timesteps (diffusers "
+                                "0.42.1); SD3's scheduler config sets shift 3.0",
+                                "FlowMatchEulerDiscreteScheduler", "the installed diffusers source")
 TRAINERS = Source("trainers", "OneTrainer / sd-scripts timestep ranges",
                   "OneTrainer ModelSetupNoiseMixin._get_timestep_discrete (min/max_noising_strength)",
                   "OneTrainer noising-strength limits", "the OneTrainer source")
@@ -102,12 +110,17 @@ NOT_OURS = ("a number from another objective, data set, model and metric: it doe
 def _flow(claim_id: str, question: int, source: Source, where: str, quote: str, statement: str,
           arm: Mapping[str, Any], *, baseline: Mapping[str, Any] | None = None, expected_sign: int = -1,
           recalled: bool = False, needs: str = "", note: str = "", **kw: Any) -> Claim:
-    """A flow_matching claim: ``arm - baseline`` in final FID has sign ``expected_sign``."""
-    baseline = dict(baseline or FLOW_BASELINE)
-    spelled = lambda sel: f"{sel.get('sampler')}+{sel.get('weighting')}"  # noqa: E731
+    """A flow_matching claim: ``arm - baseline`` in final FID has sign ``expected_sign``. An arm or
+    baseline that names no ``sample_shift`` is the one scored on the study's own grid."""
+    baseline = {"sample_shift": "{base}", **(baseline or FLOW_BASELINE)}
+    arm = {"sample_shift": "{base}", **arm}
+    spelled = lambda sel: (f"{sel.get('sampler')}+{sel.get('weighting')}"  # noqa: E731
+                           + ("" if sel["sample_shift"] == "{base}" else f" sampled with shift {sel['sample_shift']:g}"))
     direction = f"{spelled(arm)} reaches a {'lower' if expected_sign < 0 else 'higher'} final FID than {spelled(baseline)}"
-    needs = needs or (f"groups.{FLOW_GROUP} with sampler {arm['sampler']} + weighting {arm['weighting']} "
-                      "(and its baseline arm), 2+ paired seeds")
+    needs = needs or (f"groups.{FLOW_GROUP} with sampler {arm['sampler']} + weighting {arm['weighting']}"
+                      + ("" if arm["sample_shift"] == "{base}" else
+                         f" + overrides {{sample.shift: {arm['sample_shift']:g}}}")
+                      + " (and its baseline arm), 2+ paired seeds")
     note = "; ".join(filter(None, (f"flow-matching question {question}", RECALLED if recalled else "", note)))
     QUESTION_OF[claim_id] = question
     return Claim(claim_id, source, where, quote, kw.pop("status", "finding"), statement, direction, expected_sign, needs,
@@ -205,6 +218,22 @@ FLOW_CLAIMS: tuple[Claim, ...] = (
           "sampling starts from pure noise, where the truncated model never trained",
           {"sampler": "truncate09", "weighting": "none"}, expected_sign=+1, status="hypothesis",
           note="the trainers expose the limits without a claim; the direction is ours"),
+    # ---------------------------------------------------------------- question 9
+    _flow("fm_sample_shift", 9, DIFFUSERS_SAMPLE_SHIFT, "set_timesteps",
+          "sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)",
+          "scoring a uniform-t model on the sampling grid shifted by 3 (more solver steps near pure noise, as SD3's "
+          "pipeline samples) raises FID against the unshifted grid at 8x8",
+          {"sampler": "uniform", "weighting": "none", **SAMPLE_SHIFT3}, expected_sign=+1, status="hypothesis",
+          note="the pipelines shift the sampling grid by the value the model was trained with; at 8x8 SD3's rule "
+               "asks for less noise, not more (question 3): the direction is ours"),
+    _flow("fm_train_sample_shift", 9, DIFFUSERS_SAMPLE_SHIFT, "set_timesteps (SD3 samples with its training shift)",
+          "sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)",
+          "a model trained with shift 3 reaches a lower FID when it is also sampled on the grid shifted by 3, as "
+          "the SD3 and Flux pipelines do, than on the unshifted grid",
+          {"sampler": "shift3", "weighting": "none", **SAMPLE_SHIFT3},
+          baseline={"sampler": "shift3", "weighting": "none"}, status="hypothesis",
+          note="the pipelines sample with their training shift without comparing; the direction is ours. Both arms "
+               "train the same weights (same seed, same training config): only the scoring grid differs"),
     # ---------------------------------------------------------------- question 4
     _flow("fm_speed", 4, SPEED, "Abstract (on DDPM-style diffusion)", "",
           "SpeeD (asymmetric sampling + change-aware weighting) lowers a rectified flow's FID too",

@@ -62,9 +62,16 @@ def in_group(df: pd.DataFrame, group: str) -> pd.DataFrame:
 
 
 def _with_variant(df: pd.DataFrame) -> pd.DataFrame:
-    """Adds ``variant`` = ``<timestep sampler>+<loss weighting>``, the name every report uses."""
+    """Adds ``variant`` = ``<timestep sampler>+<loss weighting>``, the name every report uses, with
+    ``" sampled at shift <s>"`` where the arm is scored on a shifted grid (``sample_shift`` not 1):
+    otherwise an arm and its sampling-shift twin would be one curve."""
     if {"sampler", "weighting"} <= set(df.columns):
-        return df.assign(variant=df["sampler"] + "+" + df["weighting"])
+        variant = df["sampler"] + "+" + df["weighting"]
+        if "sample_shift" in df.columns:
+            shift = pd.to_numeric(df["sample_shift"], errors="coerce")
+            shifted = shift.notna() & (shift != 1.0)
+            variant = variant.where(~shifted, variant + " sampled at shift " + shift.map("{:g}".format))
+        return df.assign(variant=variant)
     return df
 
 

@@ -126,10 +126,14 @@ def code_summary(codes: Mapping[str, list]) -> dict[str, Any]:
 
 def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
     """One tidy row per metric value, with its whole protocol (docs/methods.md: every FID with how
-    it was measured): tool, extractor and weights hash, sample counts, reverse sampler, EMA, seeds, reference."""
+    it was measured): tool, extractor and weights hash, sample counts, reverse sampler (its steps, eta,
+    x0 clipping and grid shift), EMA, seeds, reference."""
     keys = ("metric", "value", "tool", "tool_version", "feature_extractor", "feature_weights_sha256", "label",
-            "num_generated", "num_reference", "sampler", "steps", "eta", "ema", "reference_file", "reference_sha256")
+            "num_generated", "num_reference", "sampler", "steps", "eta", "clip_x0", "ema", "reference_file",
+            "reference_sha256")
     out = {k: rec.get(k) for k in keys}
+    if rec.get("shift") is not None:  # the shift the samples were drawn on (a record from before it was kept has none:
+        out["sample_shift"] = float(rec["shift"])  # the run table's sample_shift column, the run's setting, stands)
     out["method"] = out.pop("sampler")  # the reverse sampler; "sampler" is the timestep-sampler axis
     seeds = rec.get("seed_range")
     out["seeds"] = f"{seeds[0]}-{seeds[1]}" if seeds else None

@@ -39,9 +39,10 @@ ENTRY_KEYS = set(AXES) | {"id", "overrides", "init_from", "tag"}
 LENGTH_KEY = "train.total_kimg"  # the one spelling of a run's length outside ``base``
 #: Columns of ``runs.csv``/``metrics.csv`` beyond :data:`AXES` that tell arms apart where a group
 #: varies more than the axes (the consistency group's optimizer schedules and widths, the batch-size
-#: group's continuations, a shortened run): claims and baselines select arms by these values
-#: (:func:`timestep_lab.evidence.verdicts.select_arm`), never by pieces of a run id.
-ARM_COLUMNS = ("optim_schedule", "lr_compensated", "channels", "total_kimg", "init_from")
+#: group's continuations, a shortened run, a flow arm scored on a shifted grid): claims and baselines
+#: select arms by these values (:func:`timestep_lab.evidence.verdicts.select_arm`), never by pieces of
+#: a run id.
+ARM_COLUMNS = ("optim_schedule", "lr_compensated", "channels", "total_kimg", "init_from", "sample_shift")
 
 
 @dataclass(frozen=True)
@@ -208,13 +209,16 @@ def default_axes(study: Mapping[str, Any]) -> dict[str, Any]:
 def arm_columns(config: Mapping[str, Any], init_from: str | None) -> dict[str, Any]:
     """The :data:`ARM_COLUMNS` of a run: its optimizer schedule (``constant`` when none), whether
     that schedule compensates the learning rate, its width (``model.channels``), its length
-    (``train.total_kimg``) and the run it starts from (``none``)."""
+    (``train.total_kimg``), the run it starts from (``none``) and the inference-time shift it is
+    scored with (``sample.shift``, 1.0 when unset: a run's own setting, which the evaluation's
+    sampler settings may not override, :func:`timestep_lab.workflow.study.check_spelling`)."""
     schedule = (config.get("optim") or {}).get("schedule") or {}
     return {"optim_schedule": schedule.get("name", "constant"),
             "lr_compensated": bool((schedule.get("params") or {}).get("compensate", False)),
             "channels": (config.get("model") or {}).get("channels"),
             "total_kimg": (config.get("train") or {}).get("total_kimg"),
-            "init_from": init_from or "none"}
+            "init_from": init_from or "none",
+            "sample_shift": float((config.get("sample") or {}).get("shift", 1.0))}
 
 
 def base_columns(study: Mapping[str, Any]) -> dict[str, Any]:

@@ -55,7 +55,8 @@ def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
     """Fail on a retired key, naming it and its replacement (called before the schema check, whose
     message could not name the new spelling): the run-length keys of the analyses, and
     ``analyses.consistency.num_samples`` (never read: the FID sample count is
-    ``evaluation.num_samples``)."""
+    ``evaluation.num_samples``); and ``shift`` in the evaluation's sampler settings (the
+    inference-time shift is an arm's own ``sample.shift``, the run table's ``sample_shift``)."""
     analyses = study.get("analyses")
     consistency = analyses.get("consistency") if isinstance(analyses, Mapping) else None
     if isinstance(consistency, Mapping) and "num_samples" in consistency:
@@ -66,6 +67,15 @@ def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
         if isinstance(spec, Mapping) and key in spec:
             raise ConfigError(f"{source}: {where}.{key}: write '{where}.overrides: {{{LENGTH_KEY}: {spec[key]}}}' "
                               f"instead")
+    evaluation = study.get("evaluation") if isinstance(study.get("evaluation"), Mapping) else {}
+    by_kind = evaluation.get("sample_by_kind") if isinstance(evaluation.get("sample_by_kind"), Mapping) else {}
+    for where, spec in (("evaluation.sample", evaluation.get("sample")),
+                        *((f"evaluation.sample_by_kind.{k}", v) for k, v in by_kind.items())):
+        if isinstance(spec, Mapping) and "shift" in spec:
+            # the shift is an arm's own setting (runs.csv's sample_shift column): a study-wide one here
+            # would score every run on a grid its column does not name
+            raise ConfigError(f"{source}: {where}.shift: the inference-time shift is a run's own setting; set "
+                              f"sample.shift in base (every run) or in an arm's overrides, and delete this key")
     groups = study.get("groups")
     for gname, group in (groups.items() if isinstance(groups, Mapping) else ()):
         entries = group.get("list") if isinstance(group, Mapping) else None
