@@ -1,0 +1,137 @@
+"""Whole sequential studies simulated at once: error, coverage and power of the design, and its cost.
+
+A simulated study has ``m`` claims, each an arm against a shared baseline, measured on paired
+seeds ``0..n_max-1``: per seed ``s`` the baseline scores ``b_s`` and claim ``j``'s arm ``a_{js}``,
+both ``N(0, 1)`` plus the arm's true effect ``effects[j]`` (in units of one run's SD), so the
+differences ``a_{js} - b_s`` of two claims share their baseline (correlation 1/2). The design looks
+after ``n_start`` seeds and then every ``step`` seeds up to ``n_max``; at every look the open claims'
+anytime p-values (:mod:`timestep_lab.evidence.sequential`) are Holm-adjusted with the resolved
+claims' frozen ones, and a claim whose adjusted p falls below ``alpha`` is resolved: it stops,
+with its direction and its confidence sequence at that look. Claims still open at ``n_max`` stop there.
+
+:func:`simulate` returns every study's outcome (``[R, m]`` arrays); :func:`expected_cost` prices
+the design: an arm's seeds are the most any of its claims used. Vectorised over studies and claims
+(numpy, one loop over the looks). Randomness: a ``numpy.random.Generator`` passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from timestep_lab.evidence.sequential import ALPHA, PRIOR_SD, anytime_p, cs_path, prefix_t
+from timestep_lab.evidence.stats import holm_rows
+
+__all__ = ["Outcome", "looks", "simulate", "expected_cost"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Simulated studies: ``finding`` ``[R, m]`` (+1 / -1: resolved with the mean difference of
+    that sign, 0: open at the end), ``stop_n`` ``[R, m]`` (seeds when the claim stopped),
+    ``covered`` ``[R, m]`` (its ``1 - alpha`` confidence sequence at the stop covers the true
+    effect), ``naive_covered`` (the fixed-design 95% Student-t interval at the same stop does)."""
+
+    finding: np.ndarray
+    stop_n: np.ndarray
+    covered: np.ndarray
+    naive_covered: np.ndarray
+
+    def fwer(self, effects: Sequence[float]) -> float:
+        """Share of studies with a false finding: a finding on a null claim, or of the wrong sign."""
+        e = np.asarray(effects, dtype=np.float64)[None, :]
+        wrong = (self.finding != 0) & ((e == 0) | (np.sign(e) != self.finding))
+        return float(wrong.any(axis=1).mean())
+
+
+def looks(n_start: int, step: int, n_max: int) -> list[int]:
+    """The seed counts the design looks at: ``n_start, n_start + step, ...``, and ``n_max``."""
+    if not (2 <= n_start <= n_max) or step < 1:
+        raise ValueError(f"need 2 <= n_start <= n_max and step >= 1, got {n_start}, {n_max}, {step}")
+    out = list(range(n_start, n_max + 1, step))
+    return out if out[-1] == n_max else [*out, n_max]
+
+
+def _naive_half(d: np.ndarray) -> np.ndarray:
+    """Half-width of the 95% Student-t interval over every prefix ``[..., N]`` (NaN at one seed)."""
+    from scipy import stats as sps
+
+    n = np.arange(1, d.shape[-1] + 1)
+    mean = np.cumsum(d, axis=-1) / n
+    sq = np.cumsum(d * d, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sd = np.sqrt(np.maximum(sq - n * mean ** 2, 0.0) / (n - 1))
+        return sps.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(n) * np.where(n >= 2, 1.0, np.nan)
+
+
+def _student_p(d: np.ndarray) -> np.ndarray:
+    """The fixed-design two-sided Student-t p-value after every prefix (1 at one seed): what a
+    study that peeks without a sequential correction would use."""
+    from scipy import special
+
+    _, sd, t = prefix_t(d)
+    n = np.arange(1, d.shape[-1] + 1)
+    with np.errstate(invalid="ignore"):
+        p = 2 * special.stdtr(np.maximum(n - 1, 1), -np.abs(t))
+    return np.where(n >= 2, np.nan_to_num(p, nan=1.0), 1.0)
+
+
+def simulate(effects: Sequence[float], *, n_start: int = 2, step: int = 1, n_max: int = 10, studies: int = 2000,
+             alpha: float = ALPHA, prior_sd: float = PRIOR_SD, rng: np.random.Generator,
+             test: str = "safe") -> Outcome:
+    """``studies`` sequential studies of the claims ``effects`` (module docstring). ``test``:
+    "safe" (the anytime p-values) or "student" (Student-t p-values at every look: the uncorrected
+    design the tests compare with)."""
+    if test not in ("safe", "student"):
+        raise ValueError(f"test must be safe or student, got {test!r}")
+    e = np.asarray(effects, dtype=np.float64)
+    m = e.size
+    base = rng.standard_normal((studies, 1, n_max))
+    arms = rng.standard_normal((studies, m, n_max)) + e[None, :, None]
+    d = arms - base  # [R, m, N]
+    p_path = anytime_p(d, 0.0, prior_sd) if test == "safe" else _student_p(d)
+    low, high = cs_path(d, alpha, prior_sd)
+    p_now = np.ones((studies, m))
+    open_ = np.ones((studies, m), dtype=bool)
+    stop_n = np.full((studies, m), n_max)
+    finding = np.zeros((studies, m), dtype=np.int8)
+    for n in looks(n_start, step, n_max):
+        p_now = np.where(open_, p_path[..., n - 1], p_now)  # resolved claims keep the p they stopped with
+        new = open_ & (holm_rows(p_now) < alpha)
+        stop_n = np.where(new, n, stop_n)
+        finding = np.where(new, np.sign(d[..., :n].mean(axis=-1)), finding).astype(np.int8)
+        open_ &= ~new
+    at = (stop_n - 1)[..., None]
+    lo, hi = np.take_along_axis(low, at, -1)[..., 0], np.take_along_axis(high, at, -1)[..., 0]
+    mean = np.take_along_axis(np.cumsum(d, axis=-1) / np.arange(1, n_max + 1), at, -1)[..., 0]
+    half = np.take_along_axis(_naive_half(d), at, -1)[..., 0]
+    truth = e[None, :]
+    return Outcome(finding, stop_n, (lo <= truth) & (truth <= hi), np.abs(mean - truth) <= half)
+
+
+def expected_cost(claim_arms: Mapping[str, Sequence[str]], effects: Mapping[str, float],
+                  seed_cost: Mapping[str, float], *, n_start: int = 2, step: int = 1, n_max: int = 10,
+                  studies: int = 2000, alpha: float = ALPHA, prior_sd: float = PRIOR_SD,
+                  rng: np.random.Generator) -> dict[str, float]:
+    """Expected and worst-case cost of the sequential design of ``claim_arms`` (claim -> the arms it
+    needs besides the shared baseline, which every claim needs: list it in ``seed_cost`` under
+    ``"baseline"``) when claim ``j``'s true effect is ``effects[j]`` run SDs; ``seed_cost[arm]``: one
+    seed of that arm at its length (any unit). An arm's seeds are the most any of its claims used.
+
+    :returns: ``{"expected", "worst", "fixed_at_start", "p_resolved"}``: the mean cost over simulated
+        studies, the cost when every claim runs to ``n_max``, the first look's cost, and the mean
+        share of claims resolved."""
+    names = list(claim_arms)
+    out = simulate([effects[k] for k in names], n_start=n_start, step=step, n_max=n_max, studies=studies,
+                   alpha=alpha, prior_sd=prior_sd, rng=rng)
+    arms = sorted({a for k in names for a in claim_arms[k]} | {"baseline"})
+    seeds = np.zeros((out.stop_n.shape[0], len(arms)))
+    for j, k in enumerate(names):
+        for a in {*claim_arms[k], "baseline"}:
+            i = arms.index(a)
+            seeds[:, i] = np.maximum(seeds[:, i], out.stop_n[:, j])
+    price = np.array([float(seed_cost[a]) for a in arms])
+    return {"expected": float((seeds @ price).mean()), "worst": float(n_max * price.sum()),
+            "fixed_at_start": float(n_start * price.sum()), "p_resolved": float((out.finding != 0).mean())}
