@@ -11,7 +11,7 @@ from snakemake.utils import validate
 from timestep_lab import groups as G
 from timestep_lab import workflow as W
 from timestep_lab.arithmetic import pin as pin_arithmetic
-from timestep_lab.config import ConfigError, load_yaml
+from timestep_lab.config import ConfigError, budget_config, load_yaml
 from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
 
 
@@ -40,6 +40,7 @@ for _source in [*(workflow.overwrite_configfiles or workflow.configfiles or [])]
 try:  # retired keys first: the schema could only say "unexpected", not what to write instead
     W.check_spelling(config, CONFIG_SOURCE)
     W.check_group_names(config, CONFIG_SOURCE)
+    BUDGET = budget_config(config, CONFIG_SOURCE)  # None: the fixed design (docs/methods.md §14)
 except ConfigError as exc:
     config_error(exc)
 try:
