@@ -59,6 +59,11 @@ def test_best_chance_first_and_never_past_the_budget():
     need_strong = roomy.needs["strong"].cost
     tight = plan_stage([weak, strong], StageBudget(need_strong, PRICES))
     assert tight.claims == ("strong",) and tight.cost <= need_strong and "left" in tight.needs["weak"].why
+    # what is left is reserved for all a served claim will need, not only for this stage's step
+    slow_a, slow_b = claim("p", "A", mean=1.5, sd=1.0), claim("q", "B", mean=1.5, sd=1.0)
+    one = plan_stage([slow_a, slow_b], StageBudget(14.0, PRICES))
+    assert one.needs["p"].cost == 12.0 and one.claims == ("p",) and one.cost == 2.0
+    assert len(plan_stage([slow_a, slow_b], StageBudget(24.0, PRICES)).claims) == 2
     for budget in (0.5, 1.0, 2.0, 7.0, need_strong, 50.0):  # the stage never costs more than what is left
         assert plan_stage([weak, strong], StageBudget(budget, PRICES)).cost <= budget
     # a printed detectable effect ranks instead of the sequential one

@@ -15,8 +15,9 @@ with the estimator) and returns a :class:`Stage`. Rules, in order:
    that would need more than ``max_seeds`` is unresolvable.
 4. Claims are served best chance first: the largest ratio of the effect to the detectable
    (resolvable) effect at the current seeds, ties to the cheaper. A claim is served only when
-   *all* it still needs (to its seed target, or its extension) fits in what is left after the
-   claims before it: no budget is spent on a claim that cannot finish. A stage advances a seed
+   *all* it still needs (to its seed target, or its extension) fits in what is left after all
+   the claims served before it will need (a future seed two of them share is counted for each:
+   conservative): no budget is spent on a claim that cannot finish. A stage advances a seed
    claim by at most ``step_seeds``; a seed two claims share (the baseline's) is paid once.
 5. Nothing planned: "all resolved" (no open claim), "budget" (what is left does not pay for one
    seed or one extension of any open claim), or "no claim can resolve within the budget".
@@ -170,17 +171,18 @@ def plan_stage(claims: Sequence[ClaimState], budget: StageBudget) -> Stage:
     order = sorted(open_, key=lambda c: (-needs[c.name].chance, needs[c.name].cost, c.name))
     planned: dict[str, int] = {}
     extend: set[str] = set()
-    spent, served = 0.0, []
+    spent, committed, served = 0.0, 0.0, []  # this stage's cost; all the served claims will need
     for c in order:
         need = needs[c.name]
         if not math.isfinite(need.cost):
             continue
         total, part = _serve(c, need, budget, planned, extend, have)
-        if spent + total > budget.remaining:
+        if committed + total > budget.remaining:
             needs[c.name] = ClaimNeed(need.seeds, need.extend, need.cost, need.chance,
-                                      why=f"needs {total:.4g} more, {budget.remaining - spent:.4g} left")
+                                      why=f"needs {total:.4g} more, {budget.remaining - committed:.4g} left after "
+                                          f"the claims with a better chance")
             continue
-        spent += part
+        spent, committed = spent + part, committed + total
         served.append(c.name)
         needs[c.name] = ClaimNeed(need.seeds, need.extend, need.cost, need.chance, served=True)
         if need.extend:
