@@ -144,3 +144,19 @@ def test_expected_and_worst_case_cost():
     assert looks(2, 3, 10) == [2, 5, 8, 10] and looks(4, 1, 4) == [4]
     with pytest.raises(ValueError):
         looks(1, 1, 10)
+
+
+def test_a_data_dependent_allocation_keeps_the_error_and_the_coverage():
+    """Seeds go, one stage at a time, only to the open claim with the smallest p (the planner's best
+    chance first pushed to its extreme, the rule that favours an uncorrected test most): the
+    family-wise error stays <= 5% with the margin under the global null, where Student t's is
+    above 10%, and the confidence sequences still cover after the stop."""
+    rng = np.random.default_rng(43)
+    null = [0.0] * 5
+    assert simulate(null, studies=STUDIES, rng=rng, allocation="greedy").fwer(null) + \
+        Z * math.sqrt(0.05 * 0.95 / STUDIES) <= 0.05
+    assert simulate(null, studies=STUDIES, rng=rng, allocation="greedy", test="student").fwer(null) > 0.10
+    effects = [4.0, 1.5, 0.0]
+    out = simulate(effects, studies=STUDIES, rng=rng, allocation="greedy")
+    assert (out.covered.mean(axis=0) - Z * math.sqrt(0.95 * 0.05 / STUDIES) >= 0.95).all()
+    assert (out.finding[:, 0] == 1).mean() >= 0.95

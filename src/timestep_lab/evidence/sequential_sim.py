@@ -4,7 +4,8 @@ A simulated study has ``m`` claims, each an arm against a shared baseline, measu
 seeds ``0..n_max-1``: per seed ``s`` the baseline scores ``b_s`` and claim ``j``'s arm ``a_{js}``,
 both ``N(0, 1)`` plus the arm's true effect ``effects[j]`` (in units of one run's SD), so the
 differences ``a_{js} - b_s`` of two claims share their baseline (correlation 1/2). The design looks
-after ``n_start`` seeds and then every ``step`` seeds up to ``n_max``; at every look the open claims'
+after ``n_start`` seeds and then every ``step`` seeds up to ``n_max`` (every open claim grows, or
+only the most promising one: ``allocation``); at every look the open claims'
 anytime p-values (:mod:`timestep_lab.evidence.sequential`) are Holm-adjusted with the resolved
 claims' frozen ones, and a claim whose adjusted p falls below ``alpha`` is resolved: it stops,
 with its direction and its confidence sequence at that look. Claims still open at ``n_max`` stop there.
@@ -80,35 +81,46 @@ def _student_p(d: np.ndarray) -> np.ndarray:
 
 def simulate(effects: Sequence[float], *, n_start: int = 2, step: int = 1, n_max: int = 10, studies: int = 2000,
              alpha: float = ALPHA, prior_sd: float = PRIOR_SD, rng: np.random.Generator,
-             test: str = "safe") -> Outcome:
+             test: str = "safe", allocation: str = "all") -> Outcome:
     """``studies`` sequential studies of the claims ``effects`` (module docstring). ``test``:
     "safe" (the anytime p-values) or "student" (Student-t p-values at every look: the uncorrected
-    design the tests compare with)."""
-    if test not in ("safe", "student"):
-        raise ValueError(f"test must be safe or student, got {test!r}")
+    design the tests compare with). ``allocation``: "all" (every open claim gets ``step`` more
+    seeds per stage) or "greedy" (only the open claim with the smallest p, a data-dependent rule
+    like the planner's best chance first: the one that favours an uncorrected test most); a stage
+    then adds seeds to one claim, until every open claim is at ``n_max``."""
+    if test not in ("safe", "student") or allocation not in ("all", "greedy"):
+        raise ValueError(f"test must be safe or student and allocation all or greedy, got {test!r}, {allocation!r}")
+    looks(n_start, step, n_max)  # checks the design
     e = np.asarray(effects, dtype=np.float64)
     m = e.size
     base = rng.standard_normal((studies, 1, n_max))
-    arms = rng.standard_normal((studies, m, n_max)) + e[None, :, None]
-    d = arms - base  # [R, m, N]
+    d = rng.standard_normal((studies, m, n_max)) + e[None, :, None] - base  # [R, m, N]
     p_path = anytime_p(d, 0.0, prior_sd) if test == "safe" else _student_p(d)
-    low, high = cs_path(d, alpha, prior_sd)
+    mean_path = np.cumsum(d, axis=-1) / np.arange(1, n_max + 1)
+    rows, cols = np.arange(studies)[:, None], np.arange(m)[None, :]
+    n = np.full((studies, m), n_start)
     p_now = np.ones((studies, m))
     open_ = np.ones((studies, m), dtype=bool)
     stop_n = np.full((studies, m), n_max)
     finding = np.zeros((studies, m), dtype=np.int8)
-    for n in looks(n_start, step, n_max):
-        p_now = np.where(open_, p_path[..., n - 1], p_now)  # resolved claims keep the p they stopped with
+    while True:
+        p_now = np.where(open_, p_path[rows, cols, n - 1], p_now)  # resolved claims keep the p they stopped with
         new = open_ & (holm_rows(p_now) < alpha)
         stop_n = np.where(new, n, stop_n)
-        finding = np.where(new, np.sign(d[..., :n].mean(axis=-1)), finding).astype(np.int8)
+        finding = np.where(new, np.sign(mean_path[rows, cols, n - 1]), finding).astype(np.int8)
         open_ &= ~new
-    at = (stop_n - 1)[..., None]
-    lo, hi = np.take_along_axis(low, at, -1)[..., 0], np.take_along_axis(high, at, -1)[..., 0]
-    mean = np.take_along_axis(np.cumsum(d, axis=-1) / np.arange(1, n_max + 1), at, -1)[..., 0]
-    half = np.take_along_axis(_naive_half(d), at, -1)[..., 0]
+        grow = open_ & (n < n_max)
+        if not grow.any():
+            break
+        if allocation == "greedy":
+            grow &= cols == np.argmin(np.where(grow, p_now, np.inf), axis=1)[:, None]
+        n = np.where(grow, np.minimum(n + step, n_max), n)
+    stop_n = np.where(open_, n, stop_n)
+    low, high = cs_path(d, alpha, prior_sd)
+    at = stop_n - 1
+    lo, hi, mean = low[rows, cols, at], high[rows, cols, at], mean_path[rows, cols, at]
     truth = e[None, :]
-    return Outcome(finding, stop_n, (lo <= truth) & (truth <= hi), np.abs(mean - truth) <= half)
+    return Outcome(finding, stop_n, (lo <= truth) & (truth <= hi), np.abs(mean - truth) <= _naive_half(d)[rows, cols, at])
 
 
 def expected_cost(claim_arms: Mapping[str, Sequence[str]], effects: Mapping[str, float],
