@@ -133,7 +133,7 @@ def test_coverage_after_a_sequential_stop_and_power():
 
 
 def test_expected_and_worst_case_cost():
-    rng = np.random.default_rng(42)
+    rng = np.random.default_rng(42)  # big's simulation is the first draw of seed 42, as grown's below
     arms = {"a": ["A"], "b": ["B"]}
     price = {"A": 1.0, "B": 2.0, "baseline": 1.0}
     big = expected_cost(arms, {"a": 6.0, "b": 6.0}, price, n_start=2, n_max=10, studies=2000, rng=rng)
@@ -141,6 +141,13 @@ def test_expected_and_worst_case_cost():
     assert big["worst"] == null["worst"] == 40.0 and big["fixed_at_start"] == 8.0
     assert big["fixed_at_start"] < big["expected"] < 0.6 * big["worst"] and big["p_resolved"] > 0.95
     assert null["expected"] > 0.95 * null["worst"]  # nothing resolves: every claim runs to the end
+    # length: a claim that needs its runs longer pays the extension for every seed its arms run
+    grown = expected_cost(arms, {"a": 6.0, "b": 6.0}, price, extend_cost={"A": 3.0, "baseline": 1.0}, longer=["a"],
+                          n_start=2, n_max=10, studies=2000, rng=np.random.default_rng(42))
+    assert grown["worst"] == 40.0 + 10 * 4.0 and grown["fixed_at_start"] == 8.0
+    runs = simulate([6.0, 6.0], n_start=2, n_max=10, studies=2000, rng=np.random.default_rng(42)).stop_n
+    extra = 3.0 * runs[:, 0].mean() + 1.0 * runs.max(axis=1).mean()  # A's seeds, and the baseline's
+    assert grown["expected"] == pytest.approx(big["expected"] + extra)
     assert looks(2, 3, 10) == [2, 5, 8, 10] and looks(4, 1, 4) == [4]
     with pytest.raises(ValueError):
         looks(1, 1, 10)

@@ -124,26 +124,34 @@ def simulate(effects: Sequence[float], *, n_start: int = 2, step: int = 1, n_max
 
 
 def expected_cost(claim_arms: Mapping[str, Sequence[str]], effects: Mapping[str, float],
-                  seed_cost: Mapping[str, float], *, n_start: int = 2, step: int = 1, n_max: int = 10,
+                  seed_cost: Mapping[str, float], *, extend_cost: Mapping[str, float] | None = None,
+                  longer: Sequence[str] = (), n_start: int = 2, step: int = 1, n_max: int = 10,
                   studies: int = 2000, alpha: float = ALPHA, prior_sd: float = PRIOR_SD,
                   rng: np.random.Generator) -> dict[str, float]:
     """Expected and worst-case cost of the sequential design of ``claim_arms`` (claim -> the arms it
     needs besides the shared baseline, which every claim needs: list it in ``seed_cost`` under
     ``"baseline"``) when claim ``j``'s true effect is ``effects[j]`` run SDs; ``seed_cost[arm]``: one
     seed of that arm at its length (any unit). An arm's seeds are the most any of its claims used.
+    Length: ``extend_cost[arm]`` prices training one seed of the arm from its length to its longest
+    (absent: the arm does not grow); the expectation assumes the claims ``longer`` (e.g. those not
+    judged at the configured length) need it, for every seed their arms run; the worst case, every
+    arm that can grow, for ``n_max`` seeds.
 
     :returns: ``{"expected", "worst", "fixed_at_start", "p_resolved"}``: the mean cost over simulated
-        studies, the cost when every claim runs to ``n_max``, the first look's cost, and the mean
-        share of claims resolved."""
+        studies, the worst case, the first look's cost (no extension), and the mean share of claims resolved."""
     names = list(claim_arms)
     out = simulate([effects[k] for k in names], n_start=n_start, step=step, n_max=n_max, studies=studies,
                    alpha=alpha, prior_sd=prior_sd, rng=rng)
     arms = sorted({a for k in names for a in claim_arms[k]} | {"baseline"})
     seeds = np.zeros((out.stop_n.shape[0], len(arms)))
+    grows = np.zeros(len(arms), dtype=bool)
     for j, k in enumerate(names):
         for a in {*claim_arms[k], "baseline"}:
             i = arms.index(a)
             seeds[:, i] = np.maximum(seeds[:, i], out.stop_n[:, j])
+            grows[i] |= k in longer
     price = np.array([float(seed_cost[a]) for a in arms])
-    return {"expected": float((seeds @ price).mean()), "worst": float(n_max * price.sum()),
-            "fixed_at_start": float(n_start * price.sum()), "p_resolved": float((out.finding != 0).mean())}
+    extend = np.array([float((extend_cost or {}).get(a, 0.0)) for a in arms])
+    return {"expected": float((seeds @ (price + np.where(grows, extend, 0.0))).mean()),
+            "worst": float(n_max * (price + extend).sum()), "fixed_at_start": float(n_start * price.sum()),
+            "p_resolved": float((out.finding != 0).mean())}
