@@ -12,12 +12,15 @@ def test_the_budget_block_is_checked_once_with_one_line_naming_the_key():
     assert budget_config({"study": "x"}) is None  # absent: the fixed design
     b = budget_config({"budget": {"amount": 100, "unit": "gpu-hours", "gpu": "h100"}}, "config/c.yaml")
     assert b == BudgetConfig(100.0, "gpu-hours", "h100") and b.prior_sd == PRIOR_SD
+    assert b.calibration == "skew_envelope"  # the card's promise under skew by default
     with pytest.raises(AttributeError):
         b.amount = 1.0  # frozen
     bad = {"amount": "budget.amount must be > 0", "unit": "budget.unit must be one of",
            "seeds": "unknown key 'budget.seeds'", "max_seeds": "budget.max_seeds must be >= initial_seeds",
            "gpu": "budget.gpu must name a card", "initial_seeds": "budget.initial_seeds: expected int"}
-    cases = {"amount": {"amount": 0}, "unit": {"amount": 1, "unit": "dollars"}, "seeds": {"amount": 1, "seeds": 3},
+    bad["calibration"] = "budget.calibration must be one of skew_envelope, normal"
+    cases = {"calibration": {"amount": 1, "calibration": "student_t"},
+             "amount": {"amount": 0}, "unit": {"amount": 1, "unit": "dollars"}, "seeds": {"amount": 1, "seeds": 3},
              "max_seeds": {"amount": 1, "max_seeds": 1}, "gpu": {"amount": 1, "gpu": "h100"},
              "initial_seeds": {"amount": 1, "initial_seeds": 2.5}}
     for key, block in cases.items():

@@ -88,3 +88,15 @@ def test_seeds_already_run_are_not_paid_again():
     c = claim("a", "A", mean=1.5, sd=1.0)
     stage = plan_stage([c], StageBudget(100.0, PRICES, arm_seeds={"base": 6}, step_seeds=2))
     assert stage.seeds == {"A": 2} and stage.cost == 2.0
+
+
+def test_the_envelope_asks_for_more_seeds():
+    """Planned under the skew envelope (the verdicts' calibration), a claim needs more seeds than
+    under Ville's bound, and one that Ville's bound would finish in 10 may not."""
+    c = claim("a", "A", mean=3.0, sd=1.0)
+    normal = plan_stage([c], StageBudget(100.0, PRICES)).needs["a"].seeds
+    skewed = plan_stage([c], StageBudget(100.0, PRICES, horizon=10)).needs["a"].seeds
+    assert (normal, skewed) == (5, 7)
+    slow = claim("b", "A", mean=1.5, sd=1.0)
+    assert plan_stage([slow], StageBudget(100.0, PRICES)).stop is None
+    assert plan_stage([slow], StageBudget(100.0, PRICES, horizon=10)).stop == UNREACHABLE

@@ -28,6 +28,7 @@ __all__ = [
     "RunConfig",
     "BudgetConfig",
     "BUDGET_UNITS",
+    "SEQUENTIAL_CALIBRATIONS",
     "TRAINED_FEATURE_EXTRACTORS",
     "FEATURE_EXTRACTORS",
     "SEED_MAX",
@@ -317,6 +318,10 @@ class RunConfig:
 
 #: What a ``budget:`` is counted in: CPU-core-hours of jobs, or GPU-hours on the card ``budget.gpu``.
 BUDGET_UNITS = ("cpu-core-hours", "gpu-hours")
+#: What the sequential test's running e-value is referred to (docs/methods.md §14.1): Ville's bound
+#: (exact for normal per-seed differences, any number of seeds) or the scorecard's skew envelope
+#: up to ``max_seeds`` seeds (the card's promise under skew; fewer findings).
+SEQUENTIAL_CALIBRATIONS = ("skew_envelope", "normal")
 
 
 @dataclass(frozen=True)
@@ -329,7 +334,8 @@ class BudgetConfig:
     in the first stage, at most ``step_seeds`` more per stage, never past ``max_seeds``. Length: a
     claim "not judged at this length" trains its runs ``length_step`` times longer per stage, never
     past ``max_length`` times the configured ``train.total_kimg``. ``prior_sd``: the SD of the safe
-    t-test's prior on the standardised effect (fixed before any data, §14.1).
+    t-test's prior on the standardised effect (fixed before any data, §14.1). ``calibration``:
+    :data:`SEQUENTIAL_CALIBRATIONS`.
     """
 
     amount: float
@@ -341,6 +347,7 @@ class BudgetConfig:
     length_step: float = 2.0
     max_length: float = 4.0
     prior_sd: float = 3.0
+    calibration: str = "skew_envelope"
 
     def __post_init__(self) -> None:
         _require(self.amount > 0, f"amount must be > 0, got {self.amount}")
@@ -355,3 +362,5 @@ class BudgetConfig:
         _require(self.length_step > 1, f"length_step must be > 1 (a factor on the run's length), got {self.length_step}")
         _require(self.max_length >= 1, f"max_length must be >= 1 (a factor on train.total_kimg), got {self.max_length}")
         _require(self.prior_sd > 0, f"prior_sd must be > 0, got {self.prior_sd}")
+        _require(self.calibration in SEQUENTIAL_CALIBRATIONS,
+                 f"calibration must be one of {', '.join(SEQUENTIAL_CALIBRATIONS)}, got {self.calibration!r}")

@@ -78,6 +78,7 @@ class StageBudget:
     step_seeds: int = 1
     alpha: float = ALPHA
     prior_sd: float = PRIOR_SD
+    horizon: int | None = None  # the skew envelope's horizon when the verdicts use it (max_seeds), else None
 
 
 @dataclass(frozen=True)
@@ -121,14 +122,15 @@ def _arm_seeds(claims: Sequence[ClaimState], budget: StageBudget) -> dict[str, i
 def _need(c: ClaimState, budget: StageBudget, level: float, have: Mapping[str, int]) -> ClaimNeed:
     """The claim's need alone, priced at today's seeds (rules 2-4)."""
     effect = c.effect if math.isfinite(c.effect) else c.mean
-    detectable = c.detectable if math.isfinite(c.detectable) else resolvable_effect(c.sd, c.n, level, budget.prior_sd)
+    detectable = c.detectable if math.isfinite(c.detectable) else \
+        resolvable_effect(c.sd, c.n, level, budget.prior_sd, budget.horizon)
     chance = abs(effect) / detectable if math.isfinite(effect) and math.isfinite(detectable) and detectable > 0 else 0.0
     if c.not_judged:
         if not all(a in budget.extend_cost for a in c.arms):
             return ClaimNeed(None, True, math.inf, chance, why="its runs are at their longest and it is not judged")
         cost = sum(have.get(a, c.n) * float(budget.extend_cost[a]) for a in set(c.arms))
         return ClaimNeed(None, True, cost, chance)
-    target = seeds_to_resolve(effect, c.sd, level, budget.prior_sd, max_n=budget.max_seeds)
+    target = seeds_to_resolve(effect, c.sd, level, budget.prior_sd, max_n=budget.max_seeds, horizon=budget.horizon)
     if target is None:
         return ClaimNeed(None, False, math.inf, chance,
                          why=f"more than {budget.max_seeds} seeds at this SD and effect (or no effect or SD measured)")

@@ -17,12 +17,13 @@ the design: an arm's seeds are the most any of its claims used. Vectorised over 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from timestep_lab.evidence.sequential import ALPHA, PRIOR_SD, anytime_p, cs_path, prefix_t
+from timestep_lab.evidence.sequential import ALPHA, PRIOR_SD, anytime_p, cs_path, envelope_anytime_p, prefix_t
 from timestep_lab.evidence.stats import holm_rows
 
 __all__ = ["Outcome", "looks", "simulate", "expected_cost"]
@@ -81,21 +82,30 @@ def _student_p(d: np.ndarray) -> np.ndarray:
 
 def simulate(effects: Sequence[float], *, n_start: int = 2, step: int = 1, n_max: int = 10, studies: int = 2000,
              alpha: float = ALPHA, prior_sd: float = PRIOR_SD, rng: np.random.Generator,
-             test: str = "safe", allocation: str = "all") -> Outcome:
+             test: str = "safe", allocation: str = "all", skew: float | None = None) -> Outcome:
     """``studies`` sequential studies of the claims ``effects`` (module docstring). ``test``:
     "safe" (the anytime p-values) or "student" (Student-t p-values at every look: the uncorrected
-    design the tests compare with). ``allocation``: "all" (every open claim gets ``step`` more
+    design the tests compare with) or "envelope" (the anytime p-values and intervals referred to
+    the skew envelope up to ``n_max`` seeds). ``skew``: None (runs as above) or the log-SD of
+    centred lognormal per-seed *differences*, drawn directly, scaled to SD 1, plus the effects
+    (no shared baseline: a difference of two iid runs is symmetric). ``allocation``: "all" (every open claim gets ``step`` more
     seeds per stage) or "greedy" (only the open claim with the smallest p, a data-dependent rule
     like the planner's best chance first: the one that favours an uncorrected test most); a stage
     then adds seeds to one claim, until every open claim is at ``n_max``."""
-    if test not in ("safe", "student") or allocation not in ("all", "greedy"):
+    if test not in ("safe", "student", "envelope") or allocation not in ("all", "greedy"):
         raise ValueError(f"test must be safe or student and allocation all or greedy, got {test!r}, {allocation!r}")
     looks(n_start, step, n_max)  # checks the design
     e = np.asarray(effects, dtype=np.float64)
     m = e.size
-    base = rng.standard_normal((studies, 1, n_max))
-    d = rng.standard_normal((studies, m, n_max)) + e[None, :, None] - base  # [R, m, N]
-    p_path = anytime_p(d, 0.0, prior_sd) if test == "safe" else _student_p(d)
+    if skew is None:
+        base = rng.standard_normal((studies, 1, n_max))
+        d = rng.standard_normal((studies, m, n_max)) + e[None, :, None] - base  # [R, m, N]
+    else:
+        sd = math.sqrt((math.exp(skew * skew) - 1) * math.exp(skew * skew))
+        d = (np.exp(skew * rng.standard_normal((studies, m, n_max))) - math.exp(skew * skew / 2)) / sd + e[None, :, None]
+    horizon = n_max if test == "envelope" else None
+    p_path = {"safe": anytime_p, "student": lambda x, *_: _student_p(x),
+              "envelope": lambda x, mu, g: envelope_anytime_p(x, n_max, g)}[test](d, 0.0, prior_sd)
     mean_path = np.cumsum(d, axis=-1) / np.arange(1, n_max + 1)
     rows, cols = np.arange(studies)[:, None], np.arange(m)[None, :]
     n = np.full((studies, m), n_start)
@@ -116,7 +126,7 @@ def simulate(effects: Sequence[float], *, n_start: int = 2, step: int = 1, n_max
             grow &= cols == np.argmin(np.where(grow, p_now, np.inf), axis=1)[:, None]
         n = np.where(grow, np.minimum(n + step, n_max), n)
     stop_n = np.where(open_, n, stop_n)
-    low, high = cs_path(d, alpha, prior_sd)
+    low, high = cs_path(d, alpha, prior_sd, horizon)
     at = stop_n - 1
     lo, hi, mean = low[rows, cols, at], high[rows, cols, at], mean_path[rows, cols, at]
     truth = e[None, :]
