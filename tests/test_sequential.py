@@ -148,6 +148,10 @@ def test_expected_and_worst_case_cost():
     runs = simulate([6.0, 6.0], n_start=2, n_max=10, studies=2000, rng=np.random.default_rng(42)).stop_n
     extra = 3.0 * runs[:, 0].mean() + 1.0 * runs.max(axis=1).mean()  # A's seeds, and the baseline's
     assert grown["expected"] == pytest.approx(big["expected"] + extra)
+    # under the skew envelope the same claims resolve later: a dearer expectation, the same worst case
+    env = expected_cost(arms, {"a": 6.0, "b": 6.0}, price, n_start=2, n_max=10, studies=2000,
+                        rng=np.random.default_rng(42), test="envelope")
+    assert big["expected"] < env["expected"] <= env["worst"] == big["worst"]
     assert looks(2, 3, 10) == [2, 5, 8, 10] and looks(4, 1, 4) == [4]
     with pytest.raises(ValueError):
         looks(1, 1, 10)

@@ -137,7 +137,7 @@ def expected_cost(claim_arms: Mapping[str, Sequence[str]], effects: Mapping[str,
                   seed_cost: Mapping[str, float], *, extend_cost: Mapping[str, float] | None = None,
                   longer: Sequence[str] = (), n_start: int = 2, step: int = 1, n_max: int = 10,
                   studies: int = 2000, alpha: float = ALPHA, prior_sd: float = PRIOR_SD,
-                  rng: np.random.Generator) -> dict[str, float]:
+                  rng: np.random.Generator, test: str = "safe") -> dict[str, float]:
     """Expected and worst-case cost of the sequential design of ``claim_arms`` (claim -> the arms it
     needs besides the shared baseline, which every claim needs: list it in ``seed_cost`` under
     ``"baseline"``) when claim ``j``'s true effect is ``effects[j]`` run SDs; ``seed_cost[arm]``: one
@@ -145,13 +145,14 @@ def expected_cost(claim_arms: Mapping[str, Sequence[str]], effects: Mapping[str,
     Length: ``extend_cost[arm]`` prices training one seed of the arm from its length to its longest
     (absent: the arm does not grow); the expectation assumes the claims ``longer`` (e.g. those not
     judged at the configured length) need it, for every seed their arms run; the worst case, every
-    arm that can grow, for ``n_max`` seeds.
+    arm that can grow, for ``n_max`` seeds. ``test``: as :func:`simulate` ("envelope" when the
+    verdicts use the skew envelope, ``budget.calibration``).
 
     :returns: ``{"expected", "worst", "fixed_at_start", "p_resolved"}``: the mean cost over simulated
         studies, the worst case, the first look's cost (no extension), and the mean share of claims resolved."""
     names = list(claim_arms)
     out = simulate([effects[k] for k in names], n_start=n_start, step=step, n_max=n_max, studies=studies,
-                   alpha=alpha, prior_sd=prior_sd, rng=rng)
+                   alpha=alpha, prior_sd=prior_sd, rng=rng, test=test)
     arms = sorted({a for k in names for a in claim_arms[k]} | {"baseline"})
     seeds = np.zeros((out.stop_n.shape[0], len(arms)))
     grows = np.zeros(len(arms), dtype=bool)
