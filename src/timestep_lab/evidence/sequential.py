@@ -33,8 +33,11 @@ claims: shared baselines, and stops that depend on other claims), as
 :mod:`timestep_lab.evidence.family` does on fixed-design p-values. A rejection persists: p-values
 only fall with more seeds.
 
-Assumes normal per-seed differences, like Student t (the family's skew calibration, §9.6, is not
-carried over: docs/methods.md §14 says what that leaves open). Pure numpy; every function takes
+Ville's bound is exact for normal per-seed differences only. **Skewed seeds**: with ``horizon``
+(the budget's ``max_seeds``) the running maximum of ``log E`` is referred instead to the
+scorecard's skew envelope (normal, Student t 3, centred lognormals of log-SD up to 1, §9.6):
+:func:`envelope_p` and :func:`envelope_log_bound`, simulated paths of ``horizon`` seeds, valid at
+any stop up to ``horizon`` (docs/methods.md §14.1). Pure numpy; every function takes
 arrays ``[..., n]`` (the last axis: seeds in order), so a simulation of thousands of studies is one call.
 """
 
