@@ -5,6 +5,8 @@ test_cli_on_cifar10."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from study_plans import study_plan
 
@@ -21,7 +23,8 @@ def default_study():
 
 def test_claims_are_priced_by_their_own_arms_and_the_figures_order_as_the_design_does(default_study):
     plan, est = default_study
-    budget = BudgetConfig(amount=1.0, initial_seeds=2, step_seeds=1, max_seeds=10, max_length=3.0)
+    budget = BudgetConfig(amount=1.0, initial_seeds=2, step_seeds=1, max_seeds=10, max_length=3.0,
+                          calibration="normal")
     s = sequential_cost(plan, est, budget, studies=400)
     # the verdicts' own selection: SpeeD's arm against the uniform baseline of the sampler comparison
     assert s.claims["speed_faster"] == ("speed_speed_eps_b64_linear", "uniform_none_eps_b64_linear")
@@ -42,4 +45,8 @@ def test_claims_are_priced_by_their_own_arms_and_the_figures_order_as_the_design
     # nothing to find runs every claim to max_seeds; larger effects resolve sooner and cost less
     assert s.first_look < s.expected[2.0] <= s.expected[1.0] <= s.expected[0.0] < s.worst
     assert s.resolved[0.0] < 0.05 < s.resolved[2.0]
+    # the skew envelope (the default calibration) keeps its promise under skewed seeds by resolving later
+    skew = sequential_cost(plan, est, replace(budget, calibration="skew_envelope"), studies=400)
+    assert skew.resolved[2.0] < s.resolved[2.0] and skew.expected[2.0] > s.expected[2.0]
+    assert skew.worst == pytest.approx(s.worst) and "skew_envelope calibration" in skew.as_dict()["assumes"]
 

@@ -49,6 +49,8 @@ GROWING_RULES = ("train", "evaluate_progress")
 #: the true effects (run SDs) the expectation is computed under, every claim alike
 SCENARIOS = (0.0, 1.0, 2.0)
 STUDIES = 2000  # simulated studies per scenario
+#: budget.calibration -> the simulation's test (docs/methods.md §14.2: the skew envelope resolves later)
+_TESTS = {"skew_envelope": "envelope", "normal": "safe"}
 SEED = 20261129  # the simulation's seed: the same estimate every time
 
 
@@ -143,7 +145,7 @@ def assumptions(budget: BudgetConfig) -> str:
             f"arm first, then up to {budget.step_seeds} more per open claim and stage, at most {budget.max_seeds}; "
             f"claims judged at convergence train their arms {budget.max_length:g}x as long (the rest keep their "
             f"length); every claim's true effect equal to the scenario's, in units of one run's SD, with normal "
-            f"seeds; the jobs no FID claim reads run once; the budget ({budget.amount:g} {budget.unit}) caps what "
+            f"seeds, judged by the {budget.calibration} calibration; the jobs no FID claim reads run once; the budget ({budget.amount:g} {budget.unit}) caps what "
             f"is spent, so a figure above it is what the budget stops (docs/methods.md §14)")
 
 
@@ -167,7 +169,8 @@ def sequential_cost(plan: Plan, est: Estimate, budget: BudgetConfig, claims: Seq
             break
         out = expected_cost(claim_arm_lists, {k: effect for k in found}, costs, extend_cost=extend, longer=longer,
                             n_start=budget.initial_seeds, step=budget.step_seeds, n_max=budget.max_seeds,
-                            studies=studies, prior_sd=budget.prior_sd, rng=np.random.default_rng(seed))
+                            studies=studies, prior_sd=budget.prior_sd, rng=np.random.default_rng(seed),
+                            test=_TESTS[budget.calibration])
         expected[effect], resolved[effect], worst = fixed + out["expected"], out["p_resolved"], fixed + out["worst"]
     first = fixed + budget.initial_seeds * sum(seed_h[a] for a in arms)
     unit = "CPU-core-hours" if est.device == "cpu" else f"GPU-hours ({est.device})"
