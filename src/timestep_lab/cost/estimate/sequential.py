@@ -145,8 +145,9 @@ def assumptions(budget: BudgetConfig) -> str:
             f"arm first, then up to {budget.step_seeds} more per open claim and stage, at most {budget.max_seeds}; "
             f"claims judged at convergence train their arms {budget.max_length:g}x as long (the rest keep their "
             f"length); every claim's true effect equal to the scenario's, in units of one run's SD, with normal "
-            f"seeds, judged by the {budget.calibration} calibration; the jobs no FID claim reads run once; the budget ({budget.amount:g} {budget.unit}) caps what "
-            f"is spent, so a figure above it is what the budget stops (docs/methods.md §14)")
+            f"seeds, judged by the {budget.calibration} calibration; the jobs no FID claim reads run once; the "
+            f"budget ({budget.amount:g} {budget.unit}) caps what is spent, so a figure above it is what the budget "
+            f"stops (docs/methods.md §14)")
 
 
 def sequential_cost(plan: Plan, est: Estimate, budget: BudgetConfig, claims: Sequence[Claim] = CLAIMS,
