@@ -241,9 +241,16 @@ def test_bad_study_is_one_config_error():
 
 
 def test_cli_on_cifar10(tmp_path, capsys):
+    """config/cifar10.yaml priced on its H100, with a budget: block (the sequential design's block
+    under the table, in the budget's own unit: docs/methods.md §14.4)."""
+    import yaml
+
     from timestep_lab.cli import main  # in this process: no second interpreter and torch import
 
-    assert main(["estimate", str(ROOT / "config" / "cifar10.yaml"), "--out", str(tmp_path / "estimate.json"),
+    cfg = yaml.safe_load((ROOT / "config" / "cifar10.yaml").read_text())
+    cfg["budget"] = {"amount": 100, "unit": "gpu-hours", "gpu": "h100", "max_seeds": 6}
+    (tmp_path / "cifar10.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert main(["estimate", str(tmp_path / "cifar10.yaml"), "--out", str(tmp_path / "estimate.json"),
                  "--snakefile", str(ROOT / "Snakefile")]) == 0
     r = capsys.readouterr()
     written = json.loads((tmp_path / "estimate.json").read_text())  # what the study index shows
@@ -251,7 +258,14 @@ def test_cli_on_cifar10(tmp_path, capsys):
     lines = r.out.splitlines()
     for rule in ("train", "sample_score", "evaluate_progress", "reference_stats", "profile_losses"):
         assert any(line.split()[:1] == [rule] for line in lines), rule
-    assert "GPU-hours" in lines[-1] and "H100" in lines[-1] and "range" in lines[-1]
+    total = next(line for line in lines if line.startswith("total: "))
+    assert "GPU-hours" in total and "H100" in total and "range" in total
+    seq = written["sequential"]  # the sequential design, stored beside the table and printed under it
+    assert "sequential design (budget: 100 gpu-hours on h100" in r.out and "worst case (6 seeds per arm" in r.out
+    assert "assumes: " in r.out and "note:" not in r.out  # priced on the budget's own card
+    assert seq["device"] == "h100" and set(seq["expected"]) == {"0", "1", "2"} and "speed_faster" in seq["claims"]
+    assert seq["first_look"] <= seq["expected"]["2"] <= seq["expected"]["0"] <= seq["worst"]
+    assert seq["fixed_design"] == pytest.approx(written["total"]["gpu_hours"])
     # every GPU figure rests on named, cited published throughput: none is assumed
     assert "assumed MFU" not in r.out and "ASSUMPTION" not in r.out
     for cited in ("NVlabs/edm README", "kimbochen/ddpm README", "Denoising Diffusion Implicit Models"):

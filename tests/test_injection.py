@@ -153,16 +153,17 @@ def _dry_error(root: Path, cfg_name: str) -> tuple[int, list[str], str]:
 def test_bad_values_and_a_bad_config_name_fail_before_any_job_with_one_error_line(tmp_path):
     """End to end through snakemake: a study name ending in a newline, a NUL in a path (was
     "Logfile not found" and no error line), braces in the --configfile name (a wildcard), a
-    top-level key given twice (the second silently won: issue 38) and a consistency group with one
+    top-level key given twice (the second silently won: issue 38), a consistency group with one
     model to compare (failed only after all the training; a study without the group plans none of
-    its analysis)."""
+    its analysis) and an impossible ``budget:`` (issue 40)."""
     root = copy_worktree(tmp_path / "repo")
     cases = {"newline.yaml": ("study", _study(lambda c: c.update(study="inj\n"))),
              "nul.yaml": ("data.source", _study(lambda c: c["data"].update(source="/d/a\x00b"))),
              "c{split}.yaml": ("c{split}.yaml", _study(lambda c: None)),
              "twice.yaml": ("key 'groups' appears twice",
                             yaml.safe_dump(_study(lambda c: None)) + "groups: {consistency: {list: [{seed: 0}]}}\n"),
-             "onemodel.yaml": ("groups.consistency", _study(lambda c: c["groups"]["consistency"].update(list=[{"seed": 0}])))}
+             "onemodel.yaml": ("groups.consistency", _study(lambda c: c["groups"]["consistency"].update(list=[{"seed": 0}]))),
+             "budget.yaml": ("budget.amount must be > 0", _study(lambda c: c.update(budget={"amount": -1})))}
     for name, (named, cfg) in cases.items():
         (root / name).write_text(cfg if isinstance(cfg, str) else yaml.safe_dump(cfg))
         rc, errors, out = _dry_error(root, name)

@@ -10,7 +10,7 @@ Snakefile imports it when it builds the DAG.
 """
 
 from timestep_lab.config import schema
-from timestep_lab.config.convert import config_from_dict, config_to_dict, dataclass_from_mapping
+from timestep_lab.config.convert import budget_config, config_from_dict, config_to_dict, dataclass_from_mapping
 from timestep_lab.config.load import (
     apply_overrides,
     dump_config,
@@ -22,6 +22,7 @@ from timestep_lab.config.load import (
 )
 from timestep_lab.config.schema import (
     FEATURE_EXTRACTORS,
+    BudgetConfig,
     ComponentConfig,
     ConfigError,
     DataConfig,
@@ -39,6 +40,7 @@ __all__ = [
     "load_yaml",
     "load_config",
     "config_from_dict",
+    "budget_config",
     "dataclass_from_mapping",
     "config_to_dict",
     "apply_overrides",

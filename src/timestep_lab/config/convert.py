@@ -19,9 +19,9 @@ import types
 import typing
 from typing import Any, Mapping
 
-from timestep_lab.config.schema import ConfigError, RunConfig
+from timestep_lab.config.schema import BudgetConfig, ConfigError, RunConfig
 
-__all__ = ["dataclass_from_mapping", "config_from_dict", "config_to_dict"]
+__all__ = ["dataclass_from_mapping", "config_from_dict", "config_to_dict", "budget_config"]
 
 
 def _type_name(tp: Any) -> str:
@@ -127,3 +127,15 @@ def config_to_dict(cfg: Any) -> Any:
     if isinstance(cfg, Mapping):
         return {str(k): config_to_dict(v) for k, v in cfg.items()}
     return cfg
+
+
+def budget_config(study: Mapping[str, Any], source: str = "study") -> BudgetConfig | None:
+    """The study config's ``budget:`` block checked once (:class:`BudgetConfig`): None when absent
+    (the fixed design); a bad key or value raises one :class:`ConfigError` line naming
+    ``budget.<key>`` and ``source``."""
+    block = study.get("budget") if isinstance(study, Mapping) else None
+    if block is None:
+        return None
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"{source}: budget: expected a mapping, got {type(block).__name__} {block!r}")
+    return dataclass_from_mapping(BudgetConfig, block, source, prefix="budget.")

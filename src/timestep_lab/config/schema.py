@@ -26,6 +26,9 @@ __all__ = [
     "SampleConfig",
     "EvalConfig",
     "RunConfig",
+    "BudgetConfig",
+    "BUDGET_UNITS",
+    "SEQUENTIAL_CALIBRATIONS",
     "TRAINED_FEATURE_EXTRACTORS",
     "FEATURE_EXTRACTORS",
     "SEED_MAX",
@@ -311,3 +314,53 @@ class RunConfig:
     def __post_init__(self) -> None:
         _require(self.train.batch_gpu is None or self.train.batch_size % self.train.batch_gpu == 0,
                  f"train.batch_size={self.train.batch_size} must be a multiple of train.batch_gpu={self.train.batch_gpu}")
+
+
+#: What a ``budget:`` is counted in: CPU-core-hours of jobs, or GPU-hours on the card ``budget.gpu``.
+BUDGET_UNITS = ("cpu-core-hours", "gpu-hours")
+#: What the sequential test's running e-value is referred to (docs/methods.md §14.1): Ville's bound
+#: (exact for normal per-seed differences, any number of seeds) or the scorecard's skew envelope
+#: up to ``max_seeds`` seeds (the card's promise under skew; fewer findings).
+SEQUENTIAL_CALIBRATIONS = ("skew_envelope", "normal")
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """A study's ``budget:`` block: the study runs in stages, spending ``amount`` of ``unit`` only
+    on claims still open (docs/methods.md §14). Absent: the fixed design.
+
+    ``gpu``: the card GPU-hours are priced on (a name of the estimator's cards, e.g. ``h100``;
+    required with ``gpu-hours``, refused with ``cpu-core-hours``). Seeds per arm: ``initial_seeds``
+    in the first stage, at most ``step_seeds`` more per stage, never past ``max_seeds``. Length: a
+    claim "not judged at this length" trains its runs ``length_step`` times longer per stage, never
+    past ``max_length`` times the configured ``train.total_kimg``. ``prior_sd``: the SD of the safe
+    t-test's prior on the standardised effect (fixed before any data, §14.1). ``calibration``:
+    :data:`SEQUENTIAL_CALIBRATIONS`.
+    """
+
+    amount: float
+    unit: str = "cpu-core-hours"
+    gpu: str | None = None
+    initial_seeds: int = 2
+    step_seeds: int = 1
+    max_seeds: int = 10
+    length_step: float = 2.0
+    max_length: float = 4.0
+    prior_sd: float = 3.0
+    calibration: str = "skew_envelope"
+
+    def __post_init__(self) -> None:
+        _require(self.amount > 0, f"amount must be > 0, got {self.amount}")
+        _require(self.unit in BUDGET_UNITS, f"unit must be one of {', '.join(BUDGET_UNITS)}, got {self.unit!r}")
+        _require((self.gpu is not None) == (self.unit == "gpu-hours"),
+                 f"gpu must name a card exactly when unit is gpu-hours, got unit {self.unit!r} and gpu {self.gpu!r}")
+        _require(self.gpu is None or bool(self.gpu.strip()), "gpu must be a card's name, got an empty string")
+        _require(self.initial_seeds >= 2, f"initial_seeds must be >= 2 (a paired interval needs two), got {self.initial_seeds}")
+        _require(self.step_seeds >= 1, f"step_seeds must be >= 1, got {self.step_seeds}")
+        _require(self.max_seeds >= self.initial_seeds,
+                 f"max_seeds must be >= initial_seeds={self.initial_seeds}, got {self.max_seeds}")
+        _require(self.length_step > 1, f"length_step must be > 1 (a factor on the run's length), got {self.length_step}")
+        _require(self.max_length >= 1, f"max_length must be >= 1 (a factor on train.total_kimg), got {self.max_length}")
+        _require(self.prior_sd > 0, f"prior_sd must be > 0, got {self.prior_sd}")
+        _require(self.calibration in SEQUENTIAL_CALIBRATIONS,
+                 f"calibration must be one of {', '.join(SEQUENTIAL_CALIBRATIONS)}, got {self.calibration!r}")

@@ -136,6 +136,8 @@ def _calibration(store, machine: str, args):
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: they load torch, and the CLI builds this command's parser
     # for every invocation (``--help`` included)
+    from timestep_lab.config import budget_config
+    from timestep_lab.cost.estimate.sequential import format_sequential, sequential_cost
     from timestep_lab.cost.estimate.study import load_plan
     from timestep_lab.cost.estimate.table import estimate, format_table, to_json
 
@@ -143,7 +145,13 @@ def run(args: argparse.Namespace) -> int:
     device = device_for(plan.study["resources"], args.gpu)
     calibration, measured = (None, None) if args.no_calibration else _learn(plan, args, device)
     est = estimate(plan, device, calibration, measured, _profile_retries(Path(args.snakefile).resolve().parent))
-    print(json.dumps(to_json(est), indent=2) if args.json else format_table(est))
+    budget = budget_config(plan.study, plan.source)  # None: the fixed design
+    seq = sequential_cost(plan, est, budget) if budget is not None else None
+    record = {**to_json(est), **({"sequential": seq.as_dict()} if seq is not None else {})}
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        print(format_table(est) + (f"\n\n{format_sequential(seq)}" if seq is not None else ""))
     if args.out:
-        atomic_write_json(args.out, to_json(est))
+        atomic_write_json(args.out, record)
     return 0

@@ -1,0 +1,210 @@
+"""The cost of a study's sequential design (``budget:``, docs/methods.md §14): expected and worst case.
+
+A study with a ``budget:`` block runs its claims' arms in stages (§14.3): ``initial_seeds`` paired
+seeds per arm first, more seeds only for claims still open, never past ``max_seeds``, and runs
+``max_length`` times longer only for claims that cannot be judged at the configured length. What it
+costs depends on what the data say, so the estimate prices it under stated assumptions:
+
+* **one seed of an arm** is what the fixed design's runs of that arm cost per seed, from the
+  estimate's own per-job figures (:attr:`Row.job_seconds`): the run's config, training, scoring
+  and progress points (every job that works on that run alone);
+* **growing a run** (training it ``max_length`` times as long, resuming it) costs ``max_length - 1``
+  times its training and progress points again; the claims judged at convergence
+  (``judged_at: convergence``, §9.7) are the ones expected to need it;
+* **every other job** (data, reference statistics, the analyses and their derived runs, runs of
+  arms no FID claim reads, reports) is paid once, as in the fixed design;
+* the claims' true effects, in units of one run's SD, are a **scenario**: all 0 (nothing to find:
+  every claim runs to ``max_seeds``), all 1 and all 2. The expectation of each is a simulation of
+  the design (:func:`timestep_lab.evidence.sequential_sim.expected_cost`, 2,000 studies, seeded),
+  in which the claims share one baseline (the correlation of its seeds' noise is approximate for
+  claims of different groups; the prices are each claim's own arms).
+
+Pure: a :class:`~timestep_lab.cost.estimate.study.Plan` and its priced
+:class:`~timestep_lab.cost.estimate.table.Estimate` in, numbers out; no files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from timestep_lab.claims import CLAIMS, Claim
+from timestep_lab.config import BudgetConfig
+from timestep_lab.cost.estimate.study import Plan
+from timestep_lab.cost.estimate.table import Estimate
+from timestep_lab.evidence.sequential_sim import expected_cost
+from timestep_lab.evidence.verdicts import _resolve, select_arm
+from timestep_lab.workflow import arm_columns, arm_id, base_columns, study_runs
+
+__all__ = ["PER_RUN_RULES", "GROWING_RULES", "SCENARIOS", "SequentialCost", "claim_arms", "seed_costs",
+           "sequential_cost", "format_sequential"]
+
+#: the jobs that work on one run alone: what one more seed of an arm costs
+PER_RUN_RULES = ("run_config", "train", "sample_score", "evaluate_progress")
+#: the part of a run that grows with its length (training, and the progress points along it)
+GROWING_RULES = ("train", "evaluate_progress")
+#: the true effects (run SDs) the expectation is computed under, every claim alike
+SCENARIOS = (0.0, 1.0, 2.0)
+STUDIES = 2000  # simulated studies per scenario
+#: budget.calibration -> the simulation's test (docs/methods.md §14.2: the skew envelope resolves later)
+_TESTS = {"skew_envelope": "envelope", "normal": "safe"}
+SEED = 20261129  # the simulation's seed: the same estimate every time
+
+
+@dataclass(frozen=True)
+class SequentialCost:
+    """Hours on the estimate's device (CPU-core-hours on ``cpu``). ``fixed``: the jobs paid once;
+    ``first_look``: ``fixed`` + every claim arm at ``initial_seeds``; ``expected``: scenario (effect
+    in run SDs) -> mean cost; ``resolved``: scenario -> mean share of claims resolved; ``worst``: every
+    claim arm at ``max_seeds`` and every growing arm ``max_length`` times as long; ``fixed_design``:
+    the estimate's total; ``claims``: claim id -> (arm, baseline arm) priced; ``left_out``: claim id ->
+    why it is not priced (its arms are not in the study, or not one arm each)."""
+
+    budget: BudgetConfig
+    device: str
+    unit: str
+    fixed: float
+    first_look: float
+    expected: dict[float, float]
+    resolved: dict[float, float]
+    worst: float
+    fixed_design: float
+    claims: dict[str, tuple[str, str]]
+    left_out: dict[str, str]
+    longer: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "unit": self.unit, "fixed": self.fixed, "first_look": self.first_look,
+                "expected": {f"{k:g}": v for k, v in self.expected.items()},
+                "resolved": {f"{k:g}": v for k, v in self.resolved.items()}, "worst": self.worst,
+                "fixed_design": self.fixed_design, "claims": {k: list(v) for k, v in self.claims.items()},
+                "left_out": dict(self.left_out), "longer": list(self.longer),
+                "assumes": assumptions(self.budget)}
+
+
+def _run_table(plan: Plan) -> pd.DataFrame:
+    """One row per run of a study group: ``run``, ``arm``, ``groups``, the axes and the arm columns
+    (what claims select arms by, as in ``runs.csv``)."""
+    rows = []
+    for rid, run in study_runs(plan.study, plan.source).items():
+        if run.groups:
+            rows.append({"run": rid, "arm": arm_id(rid, run.axes.get("seed")), "groups": ";".join(run.groups),
+                         **run.axes, **arm_columns(run.config, run.init_from)})
+    return pd.DataFrame(rows)
+
+
+def claim_arms(plan: Plan, claims: Sequence[Claim] = CLAIMS) -> tuple[dict[str, tuple[str, str]], dict[str, str],
+                                                                       pd.DataFrame]:
+    """Each FID claim's ``(arm, baseline arm)`` in the plan's run table, as the verdicts select them
+    (:func:`timestep_lab.evidence.verdicts.select_arm`); claims whose arm or baseline is not exactly
+    one arm of the study are left out, with the reason. Also returns the run table."""
+    table = _run_table(plan)
+    base = base_columns(plan.study)
+    found, left = {}, {}
+    for c in claims:
+        if c.kind != "fid":
+            left[c.id] = "an analysis, not a comparison of arms"
+            continue
+        rows = table[table["groups"].str.split(";").apply(lambda g, grp=c.group: grp in g)] if len(table) else table
+        if not len(rows):
+            left[c.id] = f"the study has no group {c.group}"
+            continue
+        arm = select_arm(rows, _resolve(c.arm, rows, base))
+        baseline = select_arm(rows, _resolve(c.baseline, rows, base))
+        if len(arm) == 1 and len(baseline) == 1 and arm != baseline:
+            found[c.id] = (arm[0], baseline[0])
+        else:
+            left[c.id] = f"{len(arm)} arm(s) and {len(baseline)} baseline arm(s) in group {c.group}"
+    return found, left, table
+
+
+def seed_costs(plan: Plan, est: Estimate, table: pd.DataFrame) -> tuple[dict[str, float], dict[str, float]]:
+    """Per arm: hours of one seed (the mean over its runs of the :data:`PER_RUN_RULES` jobs'
+    central figures) and hours of its :data:`GROWING_RULES` jobs per seed (what a longer run repeats)."""
+    per_job = {job: secs[0] for row in est.rows for job, secs in row.job_seconds.items()}
+    run_s: dict[str, float] = {}
+    grow_s: dict[str, float] = {}
+    for job in plan.jobs:
+        if job.rule in PER_RUN_RULES and len(job.runs) == 1 and job.name in per_job:
+            run_s[job.runs[0]] = run_s.get(job.runs[0], 0.0) + per_job[job.name]
+            if job.rule in GROWING_RULES:
+                grow_s[job.runs[0]] = grow_s.get(job.runs[0], 0.0) + per_job[job.name]
+    seed, grow = {}, {}
+    for arm, runs in table.groupby("arm")["run"]:
+        seed[arm] = float(np.mean([run_s.get(r, 0.0) for r in runs])) / 3600
+        grow[arm] = float(np.mean([grow_s.get(r, 0.0) for r in runs])) / 3600
+    return seed, grow
+
+
+def assumptions(budget: BudgetConfig) -> str:
+    """What the figures assume, in one paragraph (printed under them and stored with them)."""
+    return (f"an arm's seed costs what the fixed design's runs of it cost per seed; {budget.initial_seeds} seeds per "
+            f"arm first, then up to {budget.step_seeds} more per open claim and stage, at most {budget.max_seeds}; "
+            f"claims judged at convergence train their arms {budget.max_length:g}x as long (the rest keep their "
+            f"length); every claim's true effect equal to the scenario's, in units of one run's SD, with normal "
+            f"seeds, judged by the {budget.calibration} calibration; the jobs no FID claim reads run once; the "
+            f"budget ({budget.amount:g} {budget.unit}) caps what is spent, so a figure above it is what the budget "
+            f"stops (docs/methods.md §14)")
+
+
+def sequential_cost(plan: Plan, est: Estimate, budget: BudgetConfig, claims: Sequence[Claim] = CLAIMS,
+                    *, studies: int = STUDIES, seed: int = SEED) -> SequentialCost:
+    """The :class:`SequentialCost` of ``plan`` under ``budget``, priced by ``est`` (module docstring)."""
+    found, left, table = claim_arms(plan, claims)
+    seed_h, grow_h = seed_costs(plan, est, table)
+    configured = {arm: int((table["arm"] == arm).sum()) for arm in seed_h}  # seeds the fixed design runs
+    arms = sorted({a for pair in found.values() for a in pair})
+    fixed = est.gpu_hours - sum(configured[a] * seed_h[a] for a in arms)
+    by_id = {c.id: c for c in claims}
+    longer = tuple(k for k in found if by_id[k].judged_at == "convergence")
+    # only the arms of claims the regime check can hold back ("not judged at this length") ever grow
+    extend = {a: (budget.max_length - 1.0) * grow_h[a] for k in longer for a in found[k]}
+    claim_arm_lists = {k: list(v) for k, v in found.items()}
+    costs = {**{a: seed_h[a] for a in arms}, "baseline": 0.0}  # every claim lists its own baseline arm
+    expected, resolved, worst = {}, {}, fixed
+    for effect in SCENARIOS:
+        if not found:
+            break
+        out = expected_cost(claim_arm_lists, {k: effect for k in found}, costs, extend_cost=extend, longer=longer,
+                            n_start=budget.initial_seeds, step=budget.step_seeds, n_max=budget.max_seeds,
+                            studies=studies, prior_sd=budget.prior_sd, rng=np.random.default_rng(seed),
+                            test=_TESTS[budget.calibration])
+        expected[effect], resolved[effect], worst = fixed + out["expected"], out["p_resolved"], fixed + out["worst"]
+    first = fixed + budget.initial_seeds * sum(seed_h[a] for a in arms)
+    unit = "CPU-core-hours" if est.device == "cpu" else f"GPU-hours ({est.device})"
+    return SequentialCost(budget, est.device, unit, fixed, first, expected, resolved, worst, est.gpu_hours, found, left, longer)
+
+
+def _h(x: float) -> str:
+    return f"{x:,.1f}" if x >= 10 else f"{x:.3g}"
+
+
+def format_sequential(s: SequentialCost, show_left_out: int = 4) -> str:
+    """The sequential design's block under the estimate's table."""
+    b = s.budget
+    lines = [f"sequential design (budget: {b.amount:g} {b.unit}{f' on {b.gpu}' if b.gpu else ''}; "
+             f"docs/methods.md §14), in {s.unit}:",
+             f"  fixed design (the table above): {_h(s.fixed_design)}",
+             f"  paid once (data, references, analyses, reports, runs no FID claim reads): {_h(s.fixed)}",
+             f"  first look ({b.initial_seeds} seeds per arm of {len(s.claims)} claims): {_h(s.first_look)}"]
+    for effect, cost in s.expected.items():
+        lines.append(f"  expected if every claim's true effect is {effect:g} run SD: {_h(cost)} "
+                     f"({s.resolved[effect]:.0%} of claims resolved)")
+    lines.append(f"  worst case ({b.max_seeds} seeds per arm, {len(s.longer)} convergence claims' arms "
+                 f"{b.max_length:g}x as long): {_h(s.worst)}")
+    if s.left_out:
+        names = ", ".join(list(s.left_out)[:show_left_out]) + (", ..." if len(s.left_out) > show_left_out else "")
+        lines.append(f"  not priced as claims ({len(s.left_out)}: {names}): their jobs are in the once-paid part")
+    lines.append("  assumes: " + assumptions(b))
+    if _budget_device(b) != s.device:
+        lines.append(f"  note: the budget counts {b.unit}{f' on {b.gpu}' if b.gpu else ''}; these figures are "
+                     f"{s.unit}: `estimate --gpu {_budget_device(b)}` prices it in the budget's own unit")
+    return "\n".join(lines)
+
+
+def _budget_device(b: BudgetConfig) -> str:
+    """The estimate device the budget's unit is counted on."""
+    return "cpu" if b.unit == "cpu-core-hours" else str(b.gpu)

@@ -1,0 +1,52 @@
+"""The estimate of a sequential design (a study with ``budget:``, docs/methods.md §14): its claims'
+arms priced per seed from the estimate's own jobs, the first look, the expectation per scenario and
+the worst case (cost/estimate/sequential.py). The command's block: tests/test_estimate.py's
+test_cli_on_cifar10."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from study_plans import study_plan
+
+from timestep_lab.config import BudgetConfig
+from timestep_lab.cost.estimate.sequential import claim_arms, seed_costs, sequential_cost
+from timestep_lab.cost.estimate.table import estimate
+
+
+@pytest.fixture(scope="module")
+def default_study():
+    plan = study_plan("config")
+    return plan, estimate(plan, "cpu")
+
+
+def test_claims_are_priced_by_their_own_arms_and_the_figures_order_as_the_design_does(default_study):
+    plan, est = default_study
+    budget = BudgetConfig(amount=1.0, initial_seeds=2, step_seeds=1, max_seeds=10, max_length=3.0,
+                          calibration="normal")
+    s = sequential_cost(plan, est, budget, studies=400)
+    # the verdicts' own selection: SpeeD's arm against the uniform baseline of the sampler comparison
+    assert s.claims["speed_faster"] == ("speed_speed_eps_b64_linear", "uniform_none_eps_b64_linear")
+    assert "slot_interference" in s.left_out and "analysis" in s.left_out["slot_interference"]
+    found, _, table = claim_arms(plan)
+    seed, grow = seed_costs(plan, est, table)
+    arms = sorted({a for pair in found.values() for a in pair})
+    assert all(seed[a] > grow[a] > 0 for a in arms)  # a seed is its training, scoring and progress points
+    # the jobs no FID claim reads are paid once; the claim arms at the configured seeds make up the rest
+    configured = sum(int((table["arm"] == a).sum()) * seed[a] for a in arms)
+    assert s.fixed == pytest.approx(est.gpu_hours - configured) and 0 < s.fixed < est.gpu_hours
+    assert s.first_look == pytest.approx(s.fixed + 2 * sum(seed[a] for a in arms))
+    # the worst case in closed form: every claim arm at max_seeds, the convergence claims' arms 3x as long
+    growing = {a for k in s.longer for a in found[k]}
+    assert s.longer and set(s.longer) <= {"adaptive_converges_better", "small_batch", "fm_logit_normal_asymptote"}
+    worst = s.fixed + 10 * sum(seed[a] for a in arms) + 10 * sum(2.0 * grow[a] for a in growing)
+    assert s.worst == pytest.approx(worst)
+    # nothing to find runs every claim to max_seeds; larger effects resolve sooner and cost less
+    assert s.first_look < s.expected[2.0] <= s.expected[1.0] <= s.expected[0.0] < s.worst
+    assert s.resolved[0.0] < 0.05 < s.resolved[2.0]
+    # the skew envelope (the default calibration) keeps its promise under skewed seeds by resolving later
+    skew = sequential_cost(plan, est, replace(budget, calibration="skew_envelope"), studies=400)
+    assert skew.resolved[2.0] < s.resolved[2.0] and skew.expected[2.0] > s.expected[2.0]
+    assert skew.worst == pytest.approx(s.worst) and "skew_envelope calibration" in skew.as_dict()["assumes"]
+
