@@ -173,11 +173,18 @@ def test_skewed_differences_are_flagged_by_the_log_ratio_check():
     row = {**SPEED, **{k: getattr(raw, k) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")},
            "log": {k: getattr(log, k) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")}}
     out = judge_family([row], calibration_name="student_t")["claims"][0]
-    assert out["verdict"] == "reproduced" and out["log"]["verdict"] != "reproduced" and out["log"]["agrees"] is False
+    assert out["log"]["verdict"] != "reproduced" and out["log"]["agrees"] is False
+    # docs/methods.md §9.6: a finding the log-ratio check disagrees with reads as inconclusive, the
+    # finding on FID differences kept beside it
+    assert out["verdict"] == "inconclusive" and out["verdict_before_log_check"] == "reproduced"
+    assert "log-ratio check says" in out["verdict_note"] and "§9.6" in out["verdict_note"]
+    assert scorecard_rows({"claims": [out]})[0]["robustness"].startswith("DISAGREES")
     # on the card's calibration the raw test itself no longer calls it (t = 2.9 over 5 seeds)
     assert judge_family([row])["claims"][0]["verdict"] == "inconclusive"
     tight = {**row, "log": {**row["log"], "sd": 0.01, "diff": -0.2}}
-    assert judge_family([tight], calibration_name="student_t")["claims"][0]["log"]["agrees"] is True
+    agreed = judge_family([tight], calibration_name="student_t")["claims"][0]
+    assert agreed["log"]["agrees"] is True and agreed["verdict"] == "reproduced"
+    assert "verdict_before_log_check" not in agreed
 
 
 def test_unjudged_and_not_run_claims_stay_out_of_the_family():
