@@ -9,6 +9,7 @@ through papermill (tests/test_pipeline.py); this checks what they *say*.
 from __future__ import annotations
 
 import html
+import json
 import re
 from pathlib import Path
 
@@ -150,6 +151,11 @@ def test_consistency_counts_models(render, synthetic):
     n = synthetic.expect["consistency_models"]
     assert f"{n} models compared" in text and f"over {n} models ({n * (n - 1) // 2} pairs)" in text
     assert "Control `gaussian`" in text
+    # the scorecard's test, models against the Gaussian control, with the file's own numbers (issue 42)
+    mv = json.loads(Path(synthetic.paths["consistency"]).read_text())["pixel"]["controls"]["gaussian"]["models_vs_control"]
+    assert ("Models against `gaussian` (the scorecard test)" in text
+            and f"log ratio, models - control = {mv['diff']:+.3g} [{mv['ci_low']:+.3g}, {mv['ci_high']:+.3g}]" in text)
+    assert "a description, not the claim's test" in text
     assert "beta1 decay + lr compensation" in text
 
 
