@@ -172,10 +172,10 @@ else:
 
 # %% [markdown]
 # Every arm of the group against the constant-momentum baseline, paired by seed (95% t-interval,
-# Holm across arms; docs/methods.md §9). The width arm differs in its network, not its optimizer.
+# the verdict column the scorecard's; docs/methods.md §9). The width arm differs in its network, not its optimizer.
 
 # %%
-comparisons = show_comparisons(study, summary)
+comparisons = show_comparisons(study, summary, verdicts)
 per_seed = per_seed_table(study, name=arm_name)
 display(per_seed.style.format("{:.2f}", na_rep="–"))
 diffs = paired_differences(per_seed, baseline) if baseline else pd.DataFrame()

@@ -43,6 +43,7 @@ from timestep_lab.reporting.notebook import (
     load_study,
     read_log,
     setup,
+    comparison_lines,
     show_comparisons,
     show_speedup_seeds,
     show_verdicts,
@@ -93,15 +94,16 @@ display(table.style.format({c: ("{:.0f}" if c.startswith("count") else "{:.3f}")
 # %% [markdown]
 # ## Every arm against uniform, paired by seed
 # The difference is `arm - uniform` in final FID per seed, its mean with a 95% Student-t interval
-# over seeds, p Holm-adjusted across the arms of this group (the scorecard above adjusts across the
-# whole study; docs/methods.md §9). The speed-up is the images an arm needs to reach the level
+# over seeds; the verdict column is the scorecard's for the claims that read the comparison (one
+# verdict per comparison, the table above; docs/methods.md §9), the detectable difference at the
+# Holm level across the arms of this group. The speed-up is the images an arm needs to reach the level
 # uniform's FID has at its last progress point (the same sample count as the arm's curve), per
 # seed, interpolated in log FID between progress points: ">x" when a seed got there before its
 # first point, "<x" when one never did, n/a when both happened; the progress-point spacing cannot
 # say more (docs/methods.md#speedup).
 
 # %%
-comparisons = show_comparisons(study, summary)
+comparisons = show_comparisons(study, summary, verdicts)
 
 # %% [markdown]
 # ### The speed-up seed by seed
@@ -168,21 +170,10 @@ else:
 
 # %% [markdown]
 # ## What our numbers show
-# Only paired differences whose 95% interval excludes no difference count as findings; every other
-# arm is inconclusive at this budget, with the smallest difference it finds with 80% power at the
-# group's Holm level (estimated from the sample SD).
+# One verdict per comparison: the scorecard's (index.html), for the claims that read it; a
+# comparison no claim reads is described, with the smallest difference this budget finds with 80%
+# power at the group's Holm level (estimated from the sample SD), never judged here a second time.
 
 # %%
-lines = []
-for _, r in comparisons.iterrows():
-    diff = r[f"{study.label} difference [95% CI]"]
-    detectable = r["detectable |difference|"]
-    if r["final FID"] == "inconclusive" and detectable == detectable:  # not NaN
-        lines.append(f"- {r['arm']}: no difference from uniform shown ({diff}); this budget detects "
-                     f"|differences| of about {detectable:.3g} or more.")
-    elif r["final FID"].startswith("no finding") or r["final FID"] == "inconclusive":
-        lines.append(f"- {r['arm']}: {diff}; fewer than 2 paired seeds, so no interval and no finding.")
-    elif r["final FID"] != "n/a":
-        lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p within the group = "
-                     f"{r['Holm p (group)']:.3g}).")
+lines = comparison_lines(comparisons, study.label, "uniform")
 display(Markdown("\n".join(lines) if lines else "_Not enough paired seeds for conclusions (intervals need 2)._"))

@@ -189,5 +189,32 @@ def test_flow_matching_states_each_arm_against_uniform(render, synthetic):
     """With paired seeds the report states each arm's difference and its group-Holm p (the default
     study's flow report once failed on that line: the smoke study has one flow seed)."""
     text, _ = render("flow_matching")
-    assert "logit-normal_none_v_b64_linear_flow_heun_kimg8" in text and "Holm p within the group = " in text
+    assert "logit-normal_none_v_b64_linear_flow_heun_kimg8" in text
     assert "uniform_none_v_b64_linear_flow_heun_kimg8" in text
+    assert "Holm p within the group" not in text and "lower than the baseline" not in text  # no second verdict
+
+
+@pytest.mark.parametrize("report", ["sampler_comparison", "flow_matching"])
+def test_group_reports_print_the_scorecards_verdict_for_each_comparison(render, synthetic, report):
+    """Issue 42: one verdict per comparison. Every comparison a claim reads carries, in the group
+    report, exactly the verdict verdicts.json gives that claim; the others are described, not judged."""
+    from timestep_lab.reporting.notebook import NO_CLAIM, claim_verdicts, comparison_table, load_study
+
+    group = {"sampler_comparison": "sampler_comparison", "flow_matching": "flow_matching"}[report]
+    study = load_study(group, synthetic.paths["metrics_csv"], synthetic.paths["runs_csv"])
+    table = comparison_table(study, synthetic.paths["summary"], synthetic.paths["verdicts"])
+    claims = json.loads(Path(synthetic.paths["verdicts"]).read_text())["claims"]
+    judged = claim_verdicts(synthetic.paths["verdicts"])
+    assert len(table) and "final FID" not in table and "Holm p (group)" not in table
+    seen = 0
+    for _, r in table.iterrows():
+        test = f"{group}:{r['arm']}:{r['baseline']}"
+        expect = [(c["id"], c["verdict"]) for c in claims if c.get("test") == test]
+        assert judged.get(test, []) == expect
+        assert r["scorecard verdict"] == ("; ".join(f"{i}: {v}" for i, v in expect) if expect else NO_CLAIM)
+        seen += bool(expect)
+    assert seen  # the synthetic card has claims on both groups
+    text, _ = render(report)
+    for _, r in table.iterrows():
+        if r["scorecard verdict"] != NO_CLAIM:
+            assert f"scorecard: **{r['scorecard verdict']}**" in text
