@@ -169,10 +169,13 @@ def test_contribution_has_the_control_and_intervals(render, synthetic):
     assert f"held-out floor: {FLOOR['value']:.2f}" in text
 
 
-def test_loss_profile_shows_the_floor_and_excess_slots(render):
+def test_loss_profile_shows_the_floor_and_excess_slots(render, synthetic):
     text, figs = render("loss_profile")
     assert figs == 2
     assert "Optimal denoiser of the 64 training images" in text
+    # the held-out (leave-one-out) floor beside the memorisation floor (issue 42), from the file
+    assert f"the same denoiser scores {synthetic.expect['heldout_floor_t0']:.3g} at t = 0" in text
+    assert "memorisation floor is what makes it look like 100% excess" in text
     assert "On the excess loss the first slot ends at t =" in text
     assert "the plateau there is the network's error" in text
 

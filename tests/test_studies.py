@@ -434,6 +434,15 @@ def test_optimal_denoiser_is_the_softmax_mean_and_the_floor_under_a_network(diff
     a = diffusion.alpha_bar.numpy()[prof["timesteps"]]
     np.testing.assert_allclose(prof["eps_mse"], np.asarray(prof["x0_mse"]) * a / (1 - a), rtol=1e-9)
     assert prof["eps_mse"][0] < 1e-8  # at t = 0 the posterior finds the one image x_t came from
+    # held out (issue 42): the leave-one-out denoiser cannot find it; at t = 0 it returns the nearest other
+    # image, so its x0 error is the squared distance to that image; never below the training floor
+    ho = prof["heldout"]
+    _, _, idx = profile_bank(train, 8, 3)
+    nearest = [min(float(((y[i] - y[j]) ** 2).mean()) for j in range(12) if j != i) for i in idx.tolist()]
+    assert ho["x0_mse"][0] == pytest.approx(np.mean(nearest), rel=1e-3) and ho["eps_mse"][0] > 1e3 * prof["eps_mse"][0]
+    assert all(h >= f - 1e-12 for h, f in zip(ho["eps_mse"], prof["eps_mse"]))
+    other = optimal_profile(train, diffusion, images[12:24], num_images=8, stride=10, seed=3)  # a bank it never saw
+    assert other["heldout"]["eps_mse"] == other["eps_mse"]
     assert prof["x0_mse"][-1] > 0.5 * prof["x0_mse"][-1] + 0.0 and prof["x0_mse"][0] < prof["x0_mse"][-1]
     # no network beats it: here a random tiny UNet and the zero network, on the same bank and noise
     for net in (_tiny_unet(), Zero()):
