@@ -98,20 +98,31 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## Gradient-norm variance across timesteps (2411.09998)
+# ## Gradient noise across timesteps (2411.09998)
+# The trace of the single-sample gradients' covariance, `tr Cov(g) = E ||g - E g||^2`, per t: the
+# noise an SGD step at that t carries, the quantity a variance-reducing timestep sampler is about.
+# Beside it `||E g||^2`, the signal. (The variance of the gradient *norm*, shown before, is not
+# it: gradients of equal norm pointing every way have no norm variance and the largest noise.)
 
 # %%
 g = prof.get("grad") or {}
-if g.get("timesteps"):
+trace = g.get("cov_trace")
+if g.get("timesteps") and trace:
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    ax.errorbar(g["timesteps"], g["norm_mean"], yerr=np.sqrt(g["norm_var"]), fmt="o-", capsize=3, label="mean ± sd")
+    ax.plot(g["timesteps"], np.maximum(trace, 1e-30), "o-", label="tr Cov(g) (noise)")
+    ax.plot(g["timesteps"], np.maximum(g["mean_sq_norm"], 1e-30), "s--", label="||E g||^2 (signal)")
     ax.set_yscale("log")
     ax.set_xlabel("t (timestep index)")
-    ax.set_ylabel("per-sample gradient L2 norm (log)")
+    ax.set_ylabel("squared gradient norm (log)")
     ax.set_title(f"{g['samples']} single-sample gradients per timestep")
+    ax.legend(fontsize=8)
     plt.show()
-    gv = pd.DataFrame({"t": g["timesteps"], "grad norm mean": g["norm_mean"], "grad norm variance": g["norm_var"]})
+    gv = pd.DataFrame({"t": g["timesteps"], "tr Cov(g)": trace, "||E g||^2": g["mean_sq_norm"],
+                       "grad norm mean": g["norm_mean"]})
     display(gv.set_index("t").T.style.format("{:.3g}"))
+elif g.get("timesteps"):
+    display(Markdown("_This profile was written before the covariance trace was measured (it has the gradient-norm "
+                     "variance only, which is not the gradient noise): rerun the profile._"))
 else:
     display(Markdown("_Gradient variance not measured in this study (analyses.loss_profile.grad_timesteps = 0)._"))
 
@@ -183,9 +194,9 @@ if opt:
                      f"t = {ex['slots'][-1][0]} (total loss: {first_hi} and {sl['slots'][-1][0]}); {same} of "
                      f"{n_slots} slots are the same. The excess is {100 * ex['share_of_total']:.1f}% of the total "
                      "summed loss.")
-if g.get("timesteps"):
-    k = int(np.argmax(g["norm_var"]))
-    lines.append(f"- The gradient-norm variance is largest at t = {g['timesteps'][k]} "
-                 f"({max(g['norm_var']) / max(min(g['norm_var']), 1e-30):.0f}x its smallest value); 2411.09998 reports "
-                 "the highest variance at early (low-t) timesteps.")
+if g.get("timesteps") and trace:
+    k = int(np.argmax(trace))
+    lines.append(f"- The gradient noise tr Cov(g) is largest at t = {g['timesteps'][k]} ({max(trace):.3g}, "
+                 f"{max(trace) / max(min(trace), 1e-30):.0f}x its smallest value, over {g['samples']} single-sample "
+                 "gradients per t); 2411.09998 reports the highest variance at early (low-t) timesteps.")
 display(Markdown("\n".join(lines)))

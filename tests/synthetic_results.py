@@ -74,7 +74,8 @@ def _profile(eps: np.ndarray, x0: np.ndarray | None = None, **kw) -> dict[str, A
             "prediction": "eps", "image_shape": [1, 8, 8], "timesteps": ts, "eps_mse": [float(v) for v in eps],
             "eps_mse_sem": [0.01 * float(v) for v in eps], "x0_mse": [float(v) for v in x0],
             "vlb_bpd": [0.1] * len(ts), "loss": [float(v) for v in eps], "loss_sem": [0.0] * len(ts),
-            "grad": {"timesteps": [0, 50, 99], "norm_mean": [8.0, 2.0, 0.4], "norm_var": [1.2, 0.2, 0.03], "samples": 4},
+            "grad": {"timesteps": [0, 50, 99], "norm_mean": [8.0, 2.0, 0.4], "norm_var": [1.2, 0.2, 0.03],
+                     "cov_trace": [60.0, 3.5, 0.12], "mean_sq_norm": [4.0, 0.5, 0.04], "samples": 4},
             **kw}
 
 

@@ -176,6 +176,8 @@ def test_loss_profile_shows_the_floor_and_excess_slots(render, synthetic):
     # the held-out (leave-one-out) floor beside the memorisation floor (issue 42), from the file
     assert f"the same denoiser scores {synthetic.expect['heldout_floor_t0']:.3g} at t = 0" in text
     assert "memorisation floor is what makes it look like 100% excess" in text
+    # the gradient noise is the covariance trace, not the variance of the norm (issue 42)
+    assert "tr Cov(g) is largest at t = 0 (60, 500x its smallest value" in text and "grad norm variance" not in text
     assert "On the excess loss the first slot ends at t =" in text
     assert "the plateau there is the network's error" in text
 

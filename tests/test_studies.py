@@ -332,6 +332,20 @@ def test_loss_profile_tiny_unet_deterministic_with_grad_variance(diffusion, imag
     assert g["timesteps"] == [0, 50, 99] and g["samples"] == 3
     assert len(g["norm_mean"]) == 3 and all(v > 0 for v in g["norm_mean"]) and all(v >= 0 for v in g["norm_var"])
     assert all(p.requires_grad for p in net.parameters())
+    # the trace of the gradients' covariance (issue 42), brute force at t = 50: per-coordinate variance, summed
+    x0, noise, _ = profile_bank(images, 8, 7)
+    rows = []
+    net.eval()
+    for i in range(3):
+        t = torch.full((1,), 50, dtype=torch.long)
+        x_t = diffusion.q_sample(x0[i:i + 1], t, noise[i:i + 1])
+        loss = eps.loss(net(x_t, t).float(), x0[i:i + 1], noise[i:i + 1], x_t, t, diffusion).loss.sum()
+        rows.append(torch.cat([q.reshape(-1) for q in torch.autograd.grad(loss, list(net.parameters()))]).double())
+    net.train()
+    G = torch.stack(rows)
+    assert g["cov_trace"][1] == pytest.approx(float(G.var(0, unbiased=True).sum()), rel=1e-5)
+    assert g["mean_sq_norm"][1] == pytest.approx(float(G.mean(0).pow(2).sum()), rel=1e-5)
+    assert g["norm_mean"][1] == pytest.approx(float(G.norm(dim=1).mean()), rel=1e-5)
     p2 = loss_profile(net, diffusion, eps, images, batch_size=30, **kw)  # other batching, same numbers
     np.testing.assert_allclose(p2["eps_mse"], p1["eps_mse"], rtol=1e-5)
     p3 = loss_profile(net, diffusion, eps, images, grad_timesteps=3, grad_samples=3, batch_size=48, **kw)

@@ -173,5 +173,5 @@ def optimal_profile(train_images_uint8_nhwc: Any, diffusion: GaussianDiffusion, 
                     **stats["heldout"], **{f"{k}_sem": v for k, v in sems["heldout"].items()}},
     }
     out["loss"], out["loss_sem"] = out["eps_mse"], out["eps_mse_sem"]
-    out["grad"] = {"timesteps": [], "norm_mean": [], "norm_var": [], "samples": 0}
+    out["grad"] = {"timesteps": [], "norm_mean": [], "norm_var": [], "cov_trace": [], "mean_sq_norm": [], "samples": 0}
     return out
