@@ -114,8 +114,13 @@ def make_results(root: Path) -> Synthetic:
                     schedule=sch, seed=s)
         for pred in ("eps", "x0", "v", "mixed"):
             add(_rid(pred=pred, seed=s), ["prediction_types"], group_kimg, pred=pred, seed=s)
+        for pred in ("x0", "v"):  # at the eps loss's per-t weighting (issue 42)
+            add(_rid(weighting="eps-units", pred=pred, seed=s), ["prediction_types"], group_kimg, weighting="eps_units",
+                pred=pred, seed=s)
         for b in (16, 64):
             add(_rid(batch=b, seed=s), ["batch_size"], group_kimg, batch=b, seed=s)
+        # batch 16 at equal optimizer steps with batch 64 (a quarter of the images)
+        add(_rid(batch=16, seed=s, extra="_kimg3"), ["batch_size"], (3.0,), batch=16, seed=s, nimg=3008)
         add(_rid(seed=s), ["consistency"], group_kimg, seed=s)
         for tag, comp in (("_optmomentum-decay_paramsbeta1-min-0.5-decay-kimg-8", False),
                           ("_optmomentum-decay_paramsbeta1-min-0.5-decay-kimg-8-compensate-Tr", True)):

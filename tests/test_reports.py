@@ -123,7 +123,7 @@ def test_schedules_lists_exactly_what_ran(render):
     assert "effect under cosine minus under linear" in text and "(3 seeds)" in text
 
 
-def test_prediction_types_per_seed_table_is_the_data(render):
+def test_prediction_types_per_seed_table_is_the_data(render, synthetic):
     text, figs = render("prediction_types")
     assert figs >= 3
     for fid in MIXED_FIDS.values():
@@ -134,6 +134,14 @@ def test_prediction_types_per_seed_table_is_the_data(render):
     assert "Among the mixed model's heads (mixed): lowest x0 error for t <= 10 mostly **eps**, for t >= 90 mostly **x0**" \
            ". The paper expects eps near 0 and x0 near T: agreement." in text
     assert "optimal denoiser" in text
+    # issue 42: x0 and v at the eps loss's per-t weighting beside unweighted, each compared as the data say
+    assert "`x0` prediction at `eps_units` weighting: 3 seeds (0, 1, 3)" in text
+    fid = synthetic.expect["per_seed"]
+    alone = sum(fid[f"uniform_eps-units_x0_b64_linear_s{s}"] - fid[f"uniform_none_x0_b64_linear_s{s}"]
+                for s in (0, 1, 3)) / 3
+    assert f"- x0 @ eps_units minus x0 (the weighting alone): {alone:+.2f}" in text
+    assert "x0 @ eps_units minus eps" in text and "(the same per-t weighting as eps: the type alone)" in text
+    assert "only the prediction type differs" not in text
 
 
 def test_slot_finetune_names_the_slots_that_ran(render, synthetic):
@@ -182,12 +190,24 @@ def test_loss_profile_shows_the_floor_and_excess_slots(render, synthetic):
     assert "the plateau there is the network's error" in text
 
 
-def test_batch_size_compares_the_retraining_with_its_control(render):
+def test_batch_size_compares_the_retraining_with_its_control(render, synthetic):
     text, figs = render("batch_size")
     assert figs >= 4
     assert "The same extra images on uniform t changed them by" in text
     assert "took 750 optimizer steps" in text or "optimizer steps for its" in text
     assert "continued on uniform t" in text
+    # issue 42: the title presupposes nothing; the headline follows the data, at equal images and at
+    # equal optimizer steps (the synthetic FIDs: batch 16 above batch 64 at equal images, in every seed)
+    assert "Why do small batches fail" not in text
+    fid = synthetic.expect["per_seed"]
+    small = [fid[f"uniform_none_eps_b16_linear_s{s}"] - fid[f"uniform_none_eps_b64_linear_s{s}"] for s in (0, 1, 3)]
+    steps = [fid[f"uniform_none_eps_b16_linear_s{s}_kimg3"] - fid[f"uniform_none_eps_b64_linear_s{s}"] for s in (0, 1, 3)]
+    word = lambda d: "lower" if max(d) < 0 else "higher" if min(d) > 0 else None  # noqa: E731 (identical per-seed shift)
+    head = next(line for line in text.splitlines() if line.startswith("**Headline (from the data).**"))
+    assert f"At equal images seen, batch 16 reaches a **{word(small)}** final" in head
+    assert f"lower in {sum(d < 0 for d in small)} of 3" in head
+    assert "At equal optimizer steps, batch 16, equal steps (3 kimg) reaches" in head
+    assert f"{sum(steps) / 3:+.2f}" in head
 
 
 def test_flow_matching_states_each_arm_against_uniform(render, synthetic):

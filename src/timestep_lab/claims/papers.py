@@ -140,8 +140,8 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
           direction="the smallest batch reaches a higher final FID than the base batch",
           # the plain small-batch run, not its retraining toward t = 0 nor its uniform continuation
           # (batch-sized small too, both started from it)
-          group="batch_size", arm={"batch_size": "{smallest}", "init_from": "none"},
-          baseline={"batch_size": "{base}", "init_from": "none"},
+          group="batch_size", arm={"batch_size": "{smallest}", "init_from": "none", "total_kimg": "{base}"},
+          baseline={"batch_size": "{base}", "init_from": "none", "total_kimg": "{base}"},
           expected_sign=+1, judged_at="convergence", needs="groups.batch_size with two batch sizes",
           note="about the final model of a full training run: early in training the small batch's extra optimizer "
                "steps favour it whatever happens at convergence"),
