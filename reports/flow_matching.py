@@ -47,7 +47,9 @@ from IPython.display import Markdown, display
 from timestep_lab.components import build_diffusion, build_sampler, build_weighting
 from timestep_lab.config import load_config
 from timestep_lab.claims import FLOW_CLAIMS, QUESTION_OF, QUESTIONS
+from timestep_lab.reporting.curves import per_seed_table
 from timestep_lab.reporting.notebook import comparison_lines, load_study, read_log, setup, show_comparisons, show_verdicts
+from timestep_lab.reporting.regime import show_regime
 
 setup()
 study = load_study(group, metrics_csv, runs_csv)
@@ -153,6 +155,24 @@ if has_runs:
         table = table.sort_values(f"mean ({tool})")
     display(table.style.format({c: ("{:.0f}" if c.startswith("count") else "{:.3f}") for c in table.columns},
                                na_rep="–"))
+
+# %% [markdown]
+# ## Final FID per arm and seed (straight from the data)
+
+# %%
+per_seed = per_seed_table(study) if has_runs else pd.DataFrame()
+if len(per_seed):
+    display(per_seed.style.format("{:.2f}", na_rep="–"))
+    n_points = progress.groupby("run")["kimg"].nunique()
+    display(Markdown(f"Progress points per run: {int(n_points.min()) if len(n_points) else 0}"
+                     + (f" to {int(n_points.max())}" if len(n_points) and n_points.max() != n_points.min() else "")
+                     + f" (at {', '.join(f'{k:g}' for k in sorted(progress['kimg'].unique()))} kimg)."))
+
+# %% [markdown]
+# ## Regime: the floor, the long run, and how far these runs trained
+
+# %%
+reg = show_regime(study, metrics_csv, runs_csv, summary, per_seed, baseline) if len(per_seed) else None
 
 # %% [markdown]
 # ## Every arm against uniform t, paired by seed

@@ -217,6 +217,12 @@ def test_flow_matching_states_each_arm_against_uniform(render, synthetic):
     assert "logit-normal_none_v_b64_linear_flow_heun_kimg8" in text
     assert "uniform_none_v_b64_linear_flow_heun_kimg8" in text
     assert "Holm p within the group" not in text and "lower than the baseline" not in text  # no second verdict
+    # issue 42: a per-seed table straight from the data and a regime block, as every FID report has
+    for rid, fid in synthetic.expect["per_seed"].items():
+        if "_flow_heun" in rid:
+            assert f"{fid:.2f}" in text, rid
+    assert "Progress points per run: 2 (at 4, 8 kimg)" in text
+    assert f"{FLOOR['value']:.3g} [{FLOOR['ci'][0]:.3g}, {FLOOR['ci'][1]:.3g}]" in text  # the regime block's floor
 
 
 @pytest.mark.parametrize("report", ["sampler_comparison", "flow_matching"])

@@ -32,7 +32,7 @@ from scipy import special as spf
 from timestep_lab.artifacts.floor import floor_record, headline_tool
 from timestep_lab.claims import CLAIMS, Claim
 from timestep_lab.evidence.calibration import DEFAULT_CALIBRATION
-from timestep_lab.evidence.convergence import PLATEAU_DROP, plateau
+from timestep_lab.evidence.convergence import PLATEAU_DROP, plateau, span_text
 from timestep_lab.evidence.family import ALPHA, judge_family
 from timestep_lab.evidence.jackknife import models_vs_control
 from timestep_lab.evidence.stats import Speedup, holm, paired, speedup, verdict
@@ -287,7 +287,8 @@ def regime(metrics: pd.DataFrame, baseline_arm: str, seeds: Sequence[int], floor
         return out
     out["converged"] = p.pop("converged")
     out["convergence_note"] = (
-        f"the baseline's FID fell {p['drop']:.0%} over the last third of training ({p['from_kimg']:g} -> "
+        f"the baseline's FID fell {p['drop']:.0%} over {span_text(p['from_kimg'], p['to_kimg'])} of training "
+        f"({p['from_kimg']:g} -> "
         f"{p['to_kimg']:g} kimg, mean of {p['seeds']} seeds)"
         + (f", less than {PLATEAU_DROP:.0%}: judged as converged" if out["converged"]
            else f", not under {PLATEAU_DROP:.0%}: a claim about the converged model is not judged at this length"))

@@ -27,7 +27,7 @@ import pandas as pd
 
 from timestep_lab.artifacts.floor import FID_TOOL_ORDER, floor_record
 from timestep_lab.artifacts.io import read_json
-from timestep_lab.evidence.convergence import plateau
+from timestep_lab.evidence.convergence import plateau, span_text
 from timestep_lab.evidence.stats import paired
 
 __all__ = ["summary_floor", "long_run", "gap_shares", "regime", "plot_regime", "regime_lines", "show_regime"]
@@ -128,7 +128,8 @@ def regime_lines(r: Mapping[str, Any], label: str) -> list[str]:
         at = r.get("long_at_group")
         p = r.get("long_plateau")
         state = ("whether it has converged is unknown (fewer than 2 points)" if p is None else
-                 f"over its last third ({p['from_kimg']:.3g} -> {p['to_kimg']:.3g} kimg) its FID fell {p['drop']:.0%}: "
+                 f"over {span_text(p['from_kimg'], p['to_kimg']).replace('the last', 'its last', 1)} "
+                 f"({p['from_kimg']:.3g} -> {p['to_kimg']:.3g} kimg) its FID fell {p['drop']:.0%}: "
                  + (f"converged by the scorecard's rule (less than {p['threshold']:.0%})" if p["converged"] else
                     f"not converged by the scorecard's rule (not under {p['threshold']:.0%})"))
         text = (f"- **Long run**: the reference (uniform t, batch {lr['batch_size']}) trained for {lr['final_kimg']:.4g} kimg; "
