@@ -106,7 +106,7 @@ def make_results(root: Path) -> Synthetic:
 
     sc_kimg, group_kimg = (1.5, 4.5, 9.0, 12.0), (4.0, 8.0, 12.0)
     for s in SEEDS:
-        for sampler, w in (("uniform", "none"), ("speed", "speed"), ("adaptive", "none")):
+        for sampler, w in (("uniform", "none"), ("speed", "speed"), ("adaptive", "none"), ("clts", "none")):
             add(_rid(sampler, w, seed=s), ["sampler_comparison"], sc_kimg, sampler=sampler, weighting=w, seed=s)
         for sampler, w in (("uniform", "none"), ("speed", "speed")):
             for sch in ("linear", "cosine"):

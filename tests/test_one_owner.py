@@ -98,3 +98,18 @@ def test_the_plateau_says_what_span_it_measured():
     assert "fell 50% over the last 50% (the progress points hold none nearer two thirds) of training" in note
     rows = [{**r, "kimg": 4.0} if r["kimg"] == 3.0 else r for r in rows]
     assert "over the last third of training (4 -> 6 kimg" in regime(pd.DataFrame(rows), "a", [0, 1])["convergence_note"]
+
+
+def test_the_reports_step_cost_is_the_controlled_benchmarks_table():
+    """Issue 42: the sampler report's step cost comes from benchmarks/sampler_overhead.py's controlled
+    run (the table in benchmarks/RESULTS.md), not from runs that shared the CPUs; the record and the
+    table are one set of numbers."""
+    import re
+    from pathlib import Path
+
+    from timestep_lab.cost.step_overhead import CONTROLLED
+
+    text = (Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md").read_text()
+    table = text.split("### `sampler_overhead.py`", 1)[1].split("\n\n", 3)[2]
+    rows = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| (\w+)[^|]*\| [\d.]+ \| \**([\d.]+)\** \|", table, re.M)}
+    assert rows == CONTROLLED and len(rows) == 10
