@@ -109,6 +109,11 @@ def test_sampler_comparison_says_what_ran_and_the_regime(render, synthetic):
     assert "loss-second-moment" not in text and "slot-balanced" not in text  # arms that did not run are not promised
     assert f"{FLOOR['value']:.3g} [{FLOOR['ci'][0]:.3g}, {FLOOR['ci'][1]:.3g}]" in text  # the floor, from summary.json
     assert "359 samples" in text and "trained for 48 kimg" in text
+    # issue 42: the long run's FID at 200 samples is set against the floor at 200, not at 359
+    assert f"{150.0 / FLOOR['at_counts']['200']:.2g}x the floor at the same 200 samples" in text
+    from timestep_lab.reporting.regime import _floor_ratio
+    assert "no ratio" in _floor_ratio(150.0, 128, FLOOR) and "x the floor" not in _floor_ratio(150.0, 128, FLOOR)
+    assert _floor_ratio(150.0, 359, FLOOR).startswith(f", {150.0 / 7.77:.2g}x the floor (both at 359 samples)")
     # issue 42: CLTS named a reconstruction; step cost from the controlled benchmark, not the shared-CPU logs
     assert "**CLTS is a reconstruction.**" in text and "`clts+none`: 3 seeds (0, 1, 3)" in text
     from timestep_lab.cost.step_overhead import CONTROLLED
