@@ -186,7 +186,7 @@ def test_skewed_differences_are_flagged_by_the_log_ratio_check():
     # finding on FID differences kept beside it
     assert out["verdict"] == "inconclusive" and out["verdict_before_log_check"] == "reproduced"
     assert "log-ratio check says" in out["verdict_note"] and "§9.6" in out["verdict_note"]
-    assert scorecard_rows({"claims": [out]})[0]["robustness"].startswith("DISAGREES")
+    assert scorecard_rows({"claims": [out]})[0]["robustness"].startswith("DISAGREES: reproduced on FID differences")
     # on the card's calibration the raw test itself no longer calls it (t = 2.9 over 5 seeds)
     assert judge_family([row])["claims"][0]["verdict"] == "inconclusive"
     tight = {**row, "log": {**row["log"], "sd": 0.01, "diff": -0.2}}

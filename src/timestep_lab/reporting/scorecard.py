@@ -142,6 +142,10 @@ def _robustness(row: Mapping[str, Any]) -> str:
     ratio = f"FID ratio {format_ratio(log)}"
     if log.get("agrees"):
         return f"agrees ({ratio})"
+    before = row.get("verdict_before_log_check")
+    if before:  # the finding the scorecard read as inconclusive (docs/methods.md §9.6)
+        return (f"DISAGREES: {before} on FID differences, the log-ratio test says {log['verdict']} ({ratio}): "
+                "read as inconclusive (docs/methods.md §9.6)")
     return f"DISAGREES: the log-ratio test says {log['verdict']} ({ratio})"
 
 
