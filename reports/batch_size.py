@@ -11,15 +11,17 @@
 # ---
 
 # %% [markdown]
-# # Why do small batches fail at an equal per-timestep budget?
+# # Small against large batch: equal images, and equal optimizer steps
 #
 # Seed paper (arXiv 2502.01990) Fig. 1b-g: a small batch trained for the same number of images
 # (so every timestep is seen equally often in expectation) ends worse than a large batch, mostly
-# at timesteps near 0. Retraining the small-batch model with a sampler that favours t near 0
+# at timesteps near 0. Whether it does here is what the headline below says, from the data. Retraining the small-batch model with a sampler that favours t near 0
 # (`toward_zero`, Fig. 1d) lowers those losses but makes the losses near T worse (Fig. 1e-f).
 #
 # Equal images at a smaller batch also mean proportionally more optimizer steps, so FID is shown
-# against steps and wall-clock beside images. The retraining adds images of its own; the same
+# against steps and wall-clock beside images, and, where the study runs it, the small batch at
+# *equal optimizer steps* with the large one (fewer images) is an arm of its own: the step
+# confound controlled, not only plotted. The retraining adds images of its own; the same
 # continuation on uniform t, when the study runs it, is its control: what the extra images do
 # without favouring t near 0.
 #
@@ -56,24 +58,31 @@ runs, label = study.runs.set_index("run"), study.label
 fid = study.fid("final", study.tool).set_index("run")["value"]
 profs = {Path(p).stem: read_json(p) for p in profiles.split(",") if p}
 opt = read_json(optimal) if optimal and Path(optimal).is_file() else None
-RETRAINED, CONTROL = "retrained toward t=0", "continued on uniform t"
+RETRAINED, CONTROL, EQUAL_STEPS = "retrained toward t=0", "continued on uniform t", "equal steps"
+# the study's own length: a plain run trained for fewer images is the equal-steps arm
+full_kimg = runs.loc[[r for r in runs.index if not r.startswith(("toward_zero_from-", "uniform_from-"))],
+                     "total_kimg"].max() if "total_kimg" in runs and len(runs) else None
 
 
 def name(r) -> str:
-    """A run's model: its batch size, or the small-batch model's retraining / its control."""
+    """A run's model: its batch size, the small batch at equal optimizer steps (a shorter run), or
+    the small-batch model's retraining / its control."""
     rid = r.name if isinstance(r, pd.Series) else r
     batch = int(runs.loc[rid, "batch_size"]) if rid in runs.index else None
     if rid.startswith("toward_zero_from-"):
         return f"batch {batch}, {RETRAINED}"
     if rid.startswith("uniform_from-"):
         return f"batch {batch}, {CONTROL}"
+    kimg = runs.loc[rid, "total_kimg"] if rid in runs.index and full_kimg is not None else None
+    if kimg is not None and pd.notna(kimg) and kimg < full_kimg:
+        return f"batch {batch}, {EQUAL_STEPS} ({kimg:g} kimg)"
     return f"batch {batch}"
 
 
-plain = [r for r in runs.index if not r.startswith(("toward_zero_from-", "uniform_from-"))]
+plain = [r for r in runs.index if not r.startswith(("toward_zero_from-", "uniform_from-")) and EQUAL_STEPS not in name(r)]
 sizes = sorted({int(runs.loc[r, "batch_size"]) for r in plain})
 large, small = (f"batch {sizes[-1]}", f"batch {sizes[0]}") if len(sizes) >= 2 else (None, None)
-models = sorted({name(r) for r in runs.index}, key=lambda m: (RETRAINED in m or CONTROL in m, m))
+models = sorted({name(r) for r in runs.index}, key=lambda m: (RETRAINED in m or CONTROL in m, EQUAL_STEPS in m, m))
 display(Markdown("**What ran.** " + "; ".join(
     f"{m}: seed{'s' if len(sd) != 1 else ''} {', '.join(map(str, sd))}" for m, sd in
     ((m, sorted(int(runs.loc[r, 'seed']) for r in runs.index if name(r) == m)) for m in models))
@@ -82,6 +91,32 @@ display(Markdown("**What ran.** " + "; ".join(
        "kimg more (their own images seen, below)."
        if any(RETRAINED in m for m in models) else ".")))
 study.show_failed()
+per_seed = per_seed_table(study, name=name)
+diffs = paired_differences(per_seed, large) if large else pd.DataFrame()
+equal_steps = next((m for m in per_seed.index if EQUAL_STEPS in str(m)), None) if len(per_seed) else None
+
+
+def finding(arm: str) -> str | None:
+    """``arm - large`` in final FID, per seed, as the data say it: lower / higher in every seed
+    and with its interval, or no difference shown (descriptive; the scorecard judges the claim)."""
+    if not len(diffs) or arm not in set(diffs["arm"]):
+        return None
+    d = diffs.set_index("arm").loc[arm]
+    seeds = [d[c] for c in d.index if str(c).startswith("seed ") and pd.notna(d[c])]
+    ci = f" [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if pd.notna(d["ci_low"]) else ""
+    side = ("lower" if pd.notna(d["ci_high"]) and d["ci_high"] < 0 else
+            "higher" if pd.notna(d["ci_low"]) and d["ci_low"] > 0 else None)
+    lower_in = sum(v < 0 for v in seeds)
+    word = (f"a **{side}** final {label} than {large}" if side else f"no {label} difference from {large} shown")
+    return (f"{arm} reaches {word}: {d['diff']:+.2f}{ci} over {int(d['n'])} seed{'s' if d['n'] != 1 else ''}, "
+            f"lower in {lower_in} of {len(seeds)}")
+
+
+head = [x for x in (finding(small) if small else None, finding(equal_steps) if equal_steps else None) if x]
+display(Markdown("**Headline (from the data).** At equal images seen, " + head[0] + "."
+                 + (f" At equal optimizer steps, {head[1]}." if len(head) > 1 else
+                    " The small batch at equal optimizer steps did not run in this study.")
+                 if head else "**Headline.** _Not enough paired seeds for one._"))
 
 # %% [markdown]
 # ## Loss profile per model (same bank and noise for every model)
@@ -144,9 +179,7 @@ else:
 # ## Small against large batch, per seed
 
 # %%
-per_seed = per_seed_table(study, name=name)
 display(per_seed.style.format("{:.2f}", na_rep="–"))
-diffs = paired_differences(per_seed, large) if large else pd.DataFrame()
 if len(diffs) and plot_paired_differences(diffs, label, large) is not None:
     plt.show()
 
@@ -169,6 +202,8 @@ if large and small and small in means.index and large in means.index:
                      f"{int(d['n'])} seed{'s' if d['n'] != 1 else ''}; per seed: "
                      + ", ".join(f"{c.split()[-1]}: {d[c]:+.2f}" for c in d.index if c.startswith("seed ") and pd.notna(d[c]))
                      + ".")
+    if equal_steps and equal_steps in set(diffs["arm"]):
+        lines.append(f"- At equal optimizer steps: {finding(equal_steps)} (the 4x step confound as an arm).")
     ts, tl = means.loc[small], means.loc[large]
     lines.append(f"- {small} took {ts['optimizer steps']:.0f} optimizer steps for its {ts['images seen (kimg)']:.3g} kimg, "
                  f"{large} {tl['optimizer steps']:.0f}: {ts['optimizer steps'] / tl['optimizer steps']:.2g}x the steps "

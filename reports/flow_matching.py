@@ -47,7 +47,9 @@ from IPython.display import Markdown, display
 from timestep_lab.components import build_diffusion, build_sampler, build_weighting
 from timestep_lab.config import load_config
 from timestep_lab.claims import FLOW_CLAIMS, QUESTION_OF, QUESTIONS
-from timestep_lab.reporting.notebook import load_study, read_log, setup, show_comparisons, show_verdicts
+from timestep_lab.reporting.curves import per_seed_table
+from timestep_lab.reporting.notebook import comparison_lines, load_study, read_log, setup, show_comparisons, show_verdicts
+from timestep_lab.reporting.regime import show_regime
 
 setup()
 study = load_study(group, metrics_csv, runs_csv)
@@ -155,14 +157,33 @@ if has_runs:
                                na_rep="–"))
 
 # %% [markdown]
+# ## Final FID per arm and seed (straight from the data)
+
+# %%
+per_seed = per_seed_table(study) if has_runs else pd.DataFrame()
+if len(per_seed):
+    display(per_seed.style.format("{:.2f}", na_rep="–"))
+    n_points = progress.groupby("run")["kimg"].nunique()
+    display(Markdown(f"Progress points per run: {int(n_points.min()) if len(n_points) else 0}"
+                     + (f" to {int(n_points.max())}" if len(n_points) and n_points.max() != n_points.min() else "")
+                     + f" (at {', '.join(f'{k:g}' for k in sorted(progress['kimg'].unique()))} kimg)."))
+
+# %% [markdown]
+# ## Regime: the floor, the long run, and how far these runs trained
+
+# %%
+reg = show_regime(study, metrics_csv, runs_csv, summary, per_seed, baseline) if len(per_seed) else None
+
+# %% [markdown]
 # ## Every arm against uniform t, paired by seed
-# `arm - uniform` in final FID per seed, mean with a 95% Student-t interval over seeds, p
-# Holm-adjusted across the arms (docs/methods.md §9); speed-up: images an arm needs to reach
+# `arm - uniform` in final FID per seed, mean with a 95% Student-t interval over seeds; the verdict
+# column is the scorecard's, for the claims that read the comparison (the same verdict as the table
+# above: no second test here; docs/methods.md §9); speed-up: images an arm needs to reach
 # uniform's final FID, per seed, censored by the progress-point spacing (docs/methods.md#speedup).
 # Questions 2 and 3 compare other pairs too (their own baselines): see the verdicts above.
 
 # %%
-comparisons = show_comparisons(study, summary) if has_runs else pd.DataFrame()
+comparisons = show_comparisons(study, summary, verdicts) if has_runs else pd.DataFrame()
 
 # %% [markdown]
 # ## Velocity loss per noise level at the end of training
@@ -188,18 +209,10 @@ if bins:
 
 # %% [markdown]
 # ## What our numbers show
-# Only paired differences whose 95% interval excludes no difference count as findings; the others
-# are inconclusive at this budget, with the smallest difference they could have detected.
+# One verdict per comparison: the scorecard's (index.html), for the claims that read it; a
+# comparison no claim reads is described, with the smallest difference this budget finds with 80%
+# power at the group's Holm level (estimated from the sample SD), never judged here a second time.
 
 # %%
-lines = []
-for _, r in comparisons.iterrows():
-    diff, detectable = r[f"{study.label} difference [95% CI]"], r["detectable |difference|"]
-    if r["final FID"] == "inconclusive" and detectable == detectable:
-        lines.append(f"- {r['arm']}: no difference from uniform t shown ({diff}); this budget detects about "
-                     f"{detectable:.3g} or more.")
-    elif r["final FID"] not in ("n/a",) and not r["final FID"].startswith("no finding"):
-        lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p within the group = {r['Holm p (group)']:.3g}).")
-    else:
-        lines.append(f"- {r['arm']}: {diff}; fewer than 2 paired seeds, no finding.")
+lines = comparison_lines(comparisons, study.label, "uniform t") if len(comparisons) else []
 display(Markdown("\n".join(lines) if lines else "_Not enough paired seeds for conclusions (intervals need 2)._"))

@@ -17,8 +17,12 @@
 # a-prediction works better at time step closer to T and 0, respectively" (d: x0, a: eps), and v
 # "works more average"; a *mixed* model with three heads trained on the per-sample minimum x0
 # error is proposed. Sec. 3.2: mixed predictions proved "exceptionally challenging" to converge,
-# and their results "are often worse than those from a single prediction". Every model here uses
-# the same loss weighting (none), so only the prediction type differs. Every model is scored as
+# and their results "are often worse than those from a single prediction". An unweighted loss is
+# not the same weighting for every type: in eps units an x0 loss weights timestep t by 1/SNR(t)
+# and a v loss by 1/alpha_bar(t) (x0 - x0_hat = -(eps - eps_hat) / sqrt(SNR)), so "x0 vs eps"
+# unweighted compares a type *and* a per-t weighting. Where the study runs them, x0 and v are also
+# trained at the eps loss's per-t weighting (`@ eps_units`: x0 loss x SNR, v loss x alpha_bar):
+# those arms against eps differ in the prediction type alone. Every model is scored as
 # an x0 estimator on the same bank and noise, beside the training set's optimal denoiser (the
 # floor: no estimator can do better at any t).
 #
@@ -56,12 +60,15 @@ T = prof.get("T", int(t.max()) + 1)
 kinds = prof["predictions"]  # model name -> prediction type
 single = [m for m, k in kinds.items() if k != "mixed"]
 mixed = [m for m, k in kinds.items() if k == "mixed"]
-ran = runs.groupby("prediction")["seed"].agg(lambda x: sorted(int(v) for v in x))
-display(Markdown("**What ran.** " + "; ".join(f"`{p}` prediction: {len(sd)} seed{'s' if len(sd) != 1 else ''} "
-                                             f"({', '.join(map(str, sd))})" for p, sd in ran.items())
-                 + f". The x0-error profile uses the lowest seed of each type ({', '.join(prof['x0_mse'])})."
-                 + ("" if "x0" in ran.index and "v" in ran.index else
-                    " Not run: " + ", ".join(f"`{p}`" for p in ("x0", "v") if p not in ran.index) + " prediction.")))
+ran = runs.assign(w=runs["weighting"].where(runs["weighting"] != "none", "")).groupby(["prediction", "w"])["seed"].agg(
+    lambda x: sorted(int(v) for v in x))
+display(Markdown("**What ran.** " + "; ".join(f"`{p}` prediction{f' at `{w}` weighting' if w else ''}: {len(sd)} "
+                                             f"seed{'s' if len(sd) != 1 else ''} ({', '.join(map(str, sd))})"
+                                             for (p, w), sd in ran.items())
+                 + f". The x0-error profile uses the lowest seed of each unweighted type ({', '.join(prof['x0_mse'])})."
+                 + ("" if {"x0", "v"} <= set(runs["prediction"]) else
+                    " Not run: " + ", ".join(f"`{p}`" for p in ("x0", "v") if p not in set(runs["prediction"]))
+                    + " prediction.")))
 study.show_failed()
 
 # %%
@@ -104,9 +111,15 @@ display(pd.DataFrame(wins_single).rename(columns={"lo": "from t", "hi": "to t"})
 # ## Final FID per prediction type, every seed
 
 # %%
-per_seed = per_seed_table(study, name=lambda r: r["prediction"])
+def arm_name(r) -> str:
+    """The prediction type, and the loss weighting where it is not the plain (unweighted) loss."""
+    return r["prediction"] + ("" if r.get("weighting", "none") == "none" else f" @ {r['weighting']}")
+
+
+per_seed = per_seed_table(study, name=arm_name)
 display(per_seed.style.format("{:.2f}", na_rep="–"))
-loss = runs.pivot_table(index="prediction", columns="seed", values="final_loss", aggfunc="first")
+loss = runs.assign(arm=runs.apply(arm_name, axis=1)).pivot_table(index="arm", columns="seed", values="final_loss",
+                                                                  aggfunc="first")
 loss.columns = [f"seed {int(c)}" for c in loss.columns]
 display(Markdown("Final training loss of each run (in its own prediction space, so not comparable across types):"))
 display(loss.style.format("{:.4g}"))
@@ -118,7 +131,7 @@ if len(diffs) and plot_paired_differences(diffs, label, "eps") is not None:
 # ## FID against images seen, optimizer steps and wall-clock
 
 # %%
-prog = progress_table(study, name=lambda r: r["prediction"])
+prog = progress_table(study, name=arm_name)
 if len(prog):
     plot_progress(prog, f"{label} ({study.tool})", baseline="eps")
     plt.show()
@@ -189,6 +202,18 @@ for _, d in diffs.iterrows():
     ci = f" [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if pd.notna(d["ci_low"]) else " (no interval: one seed)"
     covers = pd.isna(d["ci_low"]) or d["ci_low"] <= 0 <= d["ci_high"]
     lines.append(f"- {d['arm']} minus eps, final {label}: {d['diff']:+.2f}{ci} over {int(d['n'])} seed"
-                 f"{'s' if d['n'] != 1 else ''}: " + ("no difference shown." if covers else
-                                                      ("better than eps." if d["diff"] < 0 else "worse than eps.")))
+                 f"{'s' if d['n'] != 1 else ''}: " + ("the interval covers no difference." if covers else
+                                                      f"the interval lies {'below' if d['diff'] < 0 else 'above'} 0")
+                 + (" (type and per-t weighting both differ from eps)" if " @ " not in d["arm"] and d["arm"] != "mixed"
+                    else " (the same per-t weighting as eps: the type alone)" if " @ " in d["arm"] else "")
+                 + ("." if covers else "."))
+pairs = [(a, a.split(" @ ")[0]) for a in per_seed.index if " @ " in a and a.split(" @ ")[0] in per_seed.index]
+for weighted, plain_arm in pairs:  # the weighting alone: the same type, eps-unit weighting minus unweighted
+    w = paired_differences(per_seed.loc[[plain_arm, weighted]], plain_arm)
+    if len(w):
+        d = w.iloc[0]
+        ci = f" [{d['ci_low']:+.2f}, {d['ci_high']:+.2f}]" if pd.notna(d["ci_low"]) else " (no interval: one seed)"
+        lines.append(f"- {weighted} minus {plain_arm} (the weighting alone): {d['diff']:+.2f}{ci} over {int(d['n'])} "
+                     f"seed{'s' if d['n'] != 1 else ''}.")
+lines.append("- These are descriptions; the verdicts on the papers' claims (mixed heads) are the scorecard's, at the top.")
 display(Markdown("\n".join(lines + stable_lines)))

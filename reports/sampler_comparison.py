@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
+from timestep_lab.cost.step_overhead import CONTROLLED, SOURCE
 from timestep_lab.reporting.curves import (paired_differences, per_seed_table, plot_paired_differences, plot_progress,
                                           progress_table)
 from timestep_lab.reporting.notebook import (
@@ -43,6 +44,7 @@ from timestep_lab.reporting.notebook import (
     load_study,
     read_log,
     setup,
+    comparison_lines,
     show_comparisons,
     show_speedup_seeds,
     show_verdicts,
@@ -64,6 +66,10 @@ if proto is not None:
 arms_ran = runs.groupby("variant")["seed"].agg(lambda x: sorted(int(v) for v in x))
 display(Markdown("**What ran.** " + "; ".join(f"`{v}`: {len(sd)} seed{'s' if len(sd) != 1 else ''} ({', '.join(map(str, sd))})"
                                              for v, sd in arms_ran.items()) + "."))
+if any(v.startswith("clts+") for v in arms_ran.index):
+    display(Markdown("**CLTS is a reconstruction.** The curriculum timestep schedule of 2404.07946 is rebuilt from "
+                     "the paper's abstract (we hold no text with its schedule; `docs/methods.md` §1.5): the `clts` "
+                     "arm tests our reading of it, not the authors' code."))
 study.show_failed(" (excluded from means)")
 show_verdicts(verdicts, ["speed_faster", "speed_sampling_alone", "adaptive_faster", "adaptive_converges_better",
                          "clts_faster"])
@@ -93,15 +99,16 @@ display(table.style.format({c: ("{:.0f}" if c.startswith("count") else "{:.3f}")
 # %% [markdown]
 # ## Every arm against uniform, paired by seed
 # The difference is `arm - uniform` in final FID per seed, its mean with a 95% Student-t interval
-# over seeds, p Holm-adjusted across the arms of this group (the scorecard above adjusts across the
-# whole study; docs/methods.md §9). The speed-up is the images an arm needs to reach the level
+# over seeds; the verdict column is the scorecard's for the claims that read the comparison (one
+# verdict per comparison, the table above; docs/methods.md §9), the detectable difference at the
+# Holm level across the arms of this group. The speed-up is the images an arm needs to reach the level
 # uniform's FID has at its last progress point (the same sample count as the arm's curve), per
 # seed, interpolated in log FID between progress points: ">x" when a seed got there before its
 # first point, "<x" when one never did, n/a when both happened; the progress-point spacing cannot
 # say more (docs/methods.md#speedup).
 
 # %%
-comparisons = show_comparisons(study, summary)
+comparisons = show_comparisons(study, summary, verdicts)
 
 # %% [markdown]
 # ### The speed-up seed by seed
@@ -132,14 +139,17 @@ reg = show_regime(study, metrics_csv, runs_csv, summary, per_seed, baseline)
 
 # %% [markdown]
 # ## Cost per training step
-# Median seconds per optimizer step from each run's log, relative to uniform. The study runs
-# jobs side by side, so these are noisy; `benchmarks/sampler_overhead.py` measures the same
-# ratio in a controlled, interleaved run.
+# Step time relative to uniform from the controlled benchmark (`benchmarks/sampler_overhead.py`:
+# every sampler through the real training loop in lockstep, so all meet the same machine
+# conditions). The study's runs log seconds per step too, but they shared the CPUs with the
+# jobs beside them: those medians are not a measurement of a sampler's cost and are not shown.
 
 # %%
-cost = runs.groupby("variant")["sec_per_step"].median()
-overhead = (cost / cost.get(baseline, np.nan)).rename("step time vs uniform").to_frame()
-display(overhead.sort_values("step time vs uniform").style.format("{:.3f}"))
+ran_samplers = sorted(runs["sampler"].unique())
+overhead = pd.DataFrame({"sampler": ran_samplers,
+                         "step time vs uniform (controlled)": [CONTROLLED.get(s, np.nan) for s in ran_samplers]})
+display(overhead.set_index("sampler").style.format("{:.3f}", na_rep="not benchmarked"))
+display(Markdown(f"Source: {SOURCE}. A weighting adds no measurable step time (it scales the per-sample loss)."))
 
 # %% [markdown]
 # ## How p(t) evolves for the stateful samplers
@@ -168,21 +178,10 @@ else:
 
 # %% [markdown]
 # ## What our numbers show
-# Only paired differences whose 95% interval excludes no difference count as findings; every other
-# arm is inconclusive at this budget, with the smallest difference it finds with 80% power at the
-# group's Holm level (estimated from the sample SD).
+# One verdict per comparison: the scorecard's (index.html), for the claims that read it; a
+# comparison no claim reads is described, with the smallest difference this budget finds with 80%
+# power at the group's Holm level (estimated from the sample SD), never judged here a second time.
 
 # %%
-lines = []
-for _, r in comparisons.iterrows():
-    diff = r[f"{study.label} difference [95% CI]"]
-    detectable = r["detectable |difference|"]
-    if r["final FID"] == "inconclusive" and detectable == detectable:  # not NaN
-        lines.append(f"- {r['arm']}: no difference from uniform shown ({diff}); this budget detects "
-                     f"|differences| of about {detectable:.3g} or more.")
-    elif r["final FID"].startswith("no finding") or r["final FID"] == "inconclusive":
-        lines.append(f"- {r['arm']}: {diff}; fewer than 2 paired seeds, so no interval and no finding.")
-    elif r["final FID"] != "n/a":
-        lines.append(f"- {r['arm']}: final {label} **{r['final FID']}** ({diff}, Holm p within the group = "
-                     f"{r['Holm p (group)']:.3g}).")
+lines = comparison_lines(comparisons, study.label, "uniform")
 display(Markdown("\n".join(lines) if lines else "_Not enough paired seeds for conclusions (intervals need 2)._"))

@@ -78,12 +78,19 @@ def heatmap(m, trained, evaluated, title, label, fmt):
     plt.show()
 
 
+PAPER_SLOTS = (3, 5, 7, 9)  # the slots the seed paper fine-tunes (Fig. 2)
+ran = list((ctl or res)["trained"])
+as_paper = ("the paper's slots" if sorted(ran) == list(PAPER_SLOTS) else
+            f"not the paper's {', '.join(map(str, PAPER_SLOTS))} (Fig. 2): "
+            + ("its " + ", ".join(map(str, sorted(set(PAPER_SLOTS) & set(ran)))) + " only, " if set(PAPER_SLOTS) & set(ran)
+               else "none of them, ")
+            + "the study's `analyses.slots.finetune` chose these")
 if ctl:
-    display(Markdown(f"**What ran.** Slots fine-tuned: {', '.join(map(str, ctl['trained']))} (of {len(ctl['evaluated'])}); "
-                     f"seeds: {', '.join(map(str, ctl['seeds']))}; one uniform-t control per seed."))
+    display(Markdown(f"**What ran.** Slots fine-tuned: {', '.join(map(str, ctl['trained']))} (of {len(ctl['evaluated'])}), "
+                     f"{as_paper}; seeds: {', '.join(map(str, ctl['seeds']))}; one uniform-t control per seed."))
 else:
     display(Markdown(f"**What ran.** Slots fine-tuned: {', '.join(map(str, res['trained']))} (of {len(res['evaluated'])}), "
-                     "the reference seed only; no uniform-t control."))
+                     f"{as_paper}; the reference seed only; no uniform-t control."))
 
 # %% [markdown]
 # ## Against the uniform-t control, paired over seeds

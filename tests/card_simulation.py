@@ -76,8 +76,9 @@ def card_layout(config: str) -> Layout:
     slot_seeds = len(((study.get("analyses") or {}).get("slots") or {}).get("seeds") or [0])
     models = len([r for r in runs.values() if "consistency" in r.groups and "_opt" not in r.id])
     analyses = {"interference": {"n": slot_seeds, "diff": 0.1, "sd": 1.0, "ci_low": -1.0, "ci_high": 1.0, "p": 0.5},
-                "consistency": {"n": models, "diff": 0.1, "se": 1.0, "ci_low": -1.0, "ci_high": 1.0, "p": 0.5,
-                                "p_method": "permutation"}}
+                # models against the Gaussian control (issue 42): a jackknife SE over models on the calibration
+                "consistency": {"n": models, "diff": 0.1, "se": 1.0, "sd": math.sqrt(models), "ci_low": -1.0,
+                                "ci_high": 1.0, "p": 0.5}}
     judged = judge_claims(pd.DataFrame(rows), analyses, base=base_columns(study))
     tests: dict[str, tuple[str, int, bool]] = {}
     for r in judged["claims"]:

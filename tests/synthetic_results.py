@@ -29,7 +29,7 @@ SEEDS = (0, 1, 3)
 T = 100
 LABEL = "FID (digits-CNN features)"
 FLOOR = {"tool": "torch-fidelity", "metric": "fid", "value": 7.77, "ci": [6.5, 9.25], "num_samples": 359,
-         "extractor": "digits-cnn", "reference_sha256": "ab" * 32}
+         "extractor": "digits-cnn", "reference_sha256": "ab" * 32, "at_counts": {"200": 9.5}}
 FINETUNED_SLOTS = (2, 7)
 MIXED_FIDS = {0: 255.2, 1: 262.0, 3: 255.5}  # the issue's per-seed values, not their mean
 
@@ -74,7 +74,8 @@ def _profile(eps: np.ndarray, x0: np.ndarray | None = None, **kw) -> dict[str, A
             "prediction": "eps", "image_shape": [1, 8, 8], "timesteps": ts, "eps_mse": [float(v) for v in eps],
             "eps_mse_sem": [0.01 * float(v) for v in eps], "x0_mse": [float(v) for v in x0],
             "vlb_bpd": [0.1] * len(ts), "loss": [float(v) for v in eps], "loss_sem": [0.0] * len(ts),
-            "grad": {"timesteps": [0, 50, 99], "norm_mean": [8.0, 2.0, 0.4], "norm_var": [1.2, 0.2, 0.03], "samples": 4},
+            "grad": {"timesteps": [0, 50, 99], "norm_mean": [8.0, 2.0, 0.4], "norm_var": [1.2, 0.2, 0.03],
+                     "cov_trace": [60.0, 3.5, 0.12], "mean_sq_norm": [4.0, 0.5, 0.04], "samples": 4},
             **kw}
 
 
@@ -105,7 +106,7 @@ def make_results(root: Path) -> Synthetic:
 
     sc_kimg, group_kimg = (1.5, 4.5, 9.0, 12.0), (4.0, 8.0, 12.0)
     for s in SEEDS:
-        for sampler, w in (("uniform", "none"), ("speed", "speed"), ("adaptive", "none")):
+        for sampler, w in (("uniform", "none"), ("speed", "speed"), ("adaptive", "none"), ("clts", "none")):
             add(_rid(sampler, w, seed=s), ["sampler_comparison"], sc_kimg, sampler=sampler, weighting=w, seed=s)
         for sampler, w in (("uniform", "none"), ("speed", "speed")):
             for sch in ("linear", "cosine"):
@@ -113,8 +114,13 @@ def make_results(root: Path) -> Synthetic:
                     schedule=sch, seed=s)
         for pred in ("eps", "x0", "v", "mixed"):
             add(_rid(pred=pred, seed=s), ["prediction_types"], group_kimg, pred=pred, seed=s)
+        for pred in ("x0", "v"):  # at the eps loss's per-t weighting (issue 42)
+            add(_rid(weighting="eps-units", pred=pred, seed=s), ["prediction_types"], group_kimg, weighting="eps_units",
+                pred=pred, seed=s)
         for b in (16, 64):
             add(_rid(batch=b, seed=s), ["batch_size"], group_kimg, batch=b, seed=s)
+        # batch 16 at equal optimizer steps with batch 64 (a quarter of the images)
+        add(_rid(batch=16, seed=s, extra="_kimg3"), ["batch_size"], (3.0,), batch=16, seed=s, nimg=3008)
         add(_rid(seed=s), ["consistency"], group_kimg, seed=s)
         for tag, comp in (("_optmomentum-decay_paramsbeta1-min-0.5-decay-kimg-8", False),
                           ("_optmomentum-decay_paramsbeta1-min-0.5-decay-kimg-8-compensate-Tr", True)):
@@ -169,6 +175,9 @@ def make_results(root: Path) -> Synthetic:
     prof_ref = _profile(ref_eps, model={"path": "results/syn/runs/reference/model.pt", "nimg": 48000})
     prof_opt = _profile(opt, opt * 3, model={"kind": "optimal denoiser", "train_images": 64})
     prof_opt["prediction"] = "optimal"
+    held = opt + np.where(t < 20, 40.0 * np.exp(-t / 5), 0.0)  # leave-one-out: far above the model near t = 0
+    prof_opt["heldout"] = {"definition": "leave-one-out", "eps_mse": held.tolist(), "x0_mse": (held * 3).tolist()}
+    syn.expect["heldout_floor_t0"] = float(held[0])
     profiles = res / "analyses" / "profiles"
     (profiles / "reference.json").write_text(json.dumps(prof_ref))
     (profiles / "optimal.json").write_text(json.dumps(prof_opt))

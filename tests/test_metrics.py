@@ -275,7 +275,7 @@ def test_floor_is_the_held_out_split_scored_like_a_run(digits_ref, digits_cnn, d
     out = tmp_path / "floor.json"
     args = ["floor", "--data", str(digits_test_dir), "--reference", str(digits_ref), "--weights", str(digits_cnn),
             "--replicates", "50"]
-    assert main(args + ["--num-samples", "500", "--out", str(out)]) == 0
+    assert main(args + ["--num-samples", "500", "--progress-samples", "100", "--out", str(out)]) == 0
     floor = json.loads(out.read_text())
     assert floor["format"] == "timestep_lab.floor/1" and floor["num_samples"] == len(test) == 359
     assert "fewer than the final FID's 500" in floor["sample_count_basis"]
@@ -293,6 +293,8 @@ def test_floor_is_the_held_out_split_scored_like_a_run(digits_ref, digits_cnn, d
     a = json.loads((tmp_path / "a.json").read_text())
     assert a["num_samples"] == 100 and a["sample_count_basis"].startswith("100 held-out images")
     assert a["records"][0]["value"] > floor["records"][0]["value"]  # FID's small-sample bias: fewer images, higher
+    # issue 42: the floor at the progress points' count is that same seeded subset's FID, beside the full one
+    assert floor["records"][0]["at_counts"]["100"] == pytest.approx(a["records"][0]["value"], rel=1e-6)
     # the bootstrap is seeded: same features and seed, same interval
     feats = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
     boot = [_bootstrap(feats, 0.5, np.zeros(4), np.eye(4), 50, 0) for _ in range(2)]

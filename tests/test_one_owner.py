@@ -81,3 +81,35 @@ def test_the_docs_name_the_training_streams_the_code_draws_from():
     for stream, k in (("data", 1), ("t", 2), ("noise", 3)):
         assert f"device generator `{stream}`, `manual_seed(train.seed + {k})`" in design
     assert "three device generators seeded `train.seed + 1`, `+ 2` and `+ 3`" in methods
+
+
+def test_the_plateau_says_what_span_it_measured():
+    """Issue 42: a two-point curve (3, 6 kimg) measures the last half; the regime note said "the last
+    third". The note names the span the points allow, and a third where they hold one."""
+    from timestep_lab.evidence.convergence import span_text
+    from timestep_lab.evidence.verdicts import regime
+
+    assert span_text(4.0, 6.0) == "the last third" and span_text(16.0, 24.0) == "the last third"
+    assert span_text(3.0, 6.0).startswith("the last 50% ")
+    rows = [{"run": f"a_s{s}", "arm": "a", "seed": s, "stage": st, "metric": "fid", "tool": "torch-fidelity",
+             "kimg": k, "value": v} for s in (0, 1) for st, k, v in (("progress", 3.0, 100.0), ("progress", 6.0, 50.0),
+                                                                      ("final", 6.0, 48.0))]
+    note = regime(pd.DataFrame(rows), "a", [0, 1])["convergence_note"]
+    assert "fell 50% over the last 50% (the progress points hold none nearer two thirds) of training" in note
+    rows = [{**r, "kimg": 4.0} if r["kimg"] == 3.0 else r for r in rows]
+    assert "over the last third of training (4 -> 6 kimg" in regime(pd.DataFrame(rows), "a", [0, 1])["convergence_note"]
+
+
+def test_the_reports_step_cost_is_the_controlled_benchmarks_table():
+    """Issue 42: the sampler report's step cost comes from benchmarks/sampler_overhead.py's controlled
+    run (the table in benchmarks/RESULTS.md), not from runs that shared the CPUs; the record and the
+    table are one set of numbers."""
+    import re
+    from pathlib import Path
+
+    from timestep_lab.cost.step_overhead import CONTROLLED
+
+    text = (Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md").read_text()
+    table = text.split("### `sampler_overhead.py`", 1)[1].split("\n\n", 3)[2]
+    rows = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| (\w+)[^|]*\| [\d.]+ \| \**([\d.]+)\** \|", table, re.M)}
+    assert rows == CONTROLLED and len(rows) == 10

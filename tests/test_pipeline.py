@@ -135,7 +135,11 @@ def test_flow_runs_train_a_rectified_flow_and_are_scored_with_heun(study):
     run = flow["run"].iloc[0]
     assert "kind: flow" in (res / "runs" / run / "run.yaml").read_text()
     claims = {c["id"]: c for c in json.loads((res / "verdicts.json").read_text())["claims"]}
-    assert claims["fm_logit_normal"]["n"] == 1 and claims["fm_logit_normal"]["verdict"] == "inconclusive"
+    # SD3's ranking is about trained models (issue 42): judged only once the baseline stopped improving;
+    # the early-only row reads the same comparison at any length (one seed: no test)
+    sd3 = claims["fm_logit_normal"]
+    assert sd3["n"] == 1 and sd3["verdict"] == ("inconclusive" if sd3["regime"]["converged"] else "not judged at this length")
+    assert claims["fm_logit_normal_early"]["n"] == 1 and claims["fm_logit_normal_early"]["verdict"] == "inconclusive"
     assert claims["fm_mode"]["verdict"] == "not run"
     page = (rep / "flow_matching.html").read_text()
     assert "fm_sample_not_weight" in page and "effective weight" in page

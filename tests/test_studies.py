@@ -332,6 +332,20 @@ def test_loss_profile_tiny_unet_deterministic_with_grad_variance(diffusion, imag
     assert g["timesteps"] == [0, 50, 99] and g["samples"] == 3
     assert len(g["norm_mean"]) == 3 and all(v > 0 for v in g["norm_mean"]) and all(v >= 0 for v in g["norm_var"])
     assert all(p.requires_grad for p in net.parameters())
+    # the trace of the gradients' covariance (issue 42), brute force at t = 50: per-coordinate variance, summed
+    x0, noise, _ = profile_bank(images, 8, 7)
+    rows = []
+    net.eval()
+    for i in range(3):
+        t = torch.full((1,), 50, dtype=torch.long)
+        x_t = diffusion.q_sample(x0[i:i + 1], t, noise[i:i + 1])
+        loss = eps.loss(net(x_t, t).float(), x0[i:i + 1], noise[i:i + 1], x_t, t, diffusion).loss.sum()
+        rows.append(torch.cat([q.reshape(-1) for q in torch.autograd.grad(loss, list(net.parameters()))]).double())
+    net.train()
+    G = torch.stack(rows)
+    assert g["cov_trace"][1] == pytest.approx(float(G.var(0, unbiased=True).sum()), rel=1e-5)
+    assert g["mean_sq_norm"][1] == pytest.approx(float(G.mean(0).pow(2).sum()), rel=1e-5)
+    assert g["norm_mean"][1] == pytest.approx(float(G.norm(dim=1).mean()), rel=1e-5)
     p2 = loss_profile(net, diffusion, eps, images, batch_size=30, **kw)  # other batching, same numbers
     np.testing.assert_allclose(p2["eps_mse"], p1["eps_mse"], rtol=1e-5)
     p3 = loss_profile(net, diffusion, eps, images, grad_timesteps=3, grad_samples=3, batch_size=48, **kw)
@@ -434,6 +448,15 @@ def test_optimal_denoiser_is_the_softmax_mean_and_the_floor_under_a_network(diff
     a = diffusion.alpha_bar.numpy()[prof["timesteps"]]
     np.testing.assert_allclose(prof["eps_mse"], np.asarray(prof["x0_mse"]) * a / (1 - a), rtol=1e-9)
     assert prof["eps_mse"][0] < 1e-8  # at t = 0 the posterior finds the one image x_t came from
+    # held out (issue 42): the leave-one-out denoiser cannot find it; at t = 0 it returns the nearest other
+    # image, so its x0 error is the squared distance to that image; never below the training floor
+    ho = prof["heldout"]
+    _, _, idx = profile_bank(train, 8, 3)
+    nearest = [min(float(((y[i] - y[j]) ** 2).mean()) for j in range(12) if j != i) for i in idx.tolist()]
+    assert ho["x0_mse"][0] == pytest.approx(np.mean(nearest), rel=1e-3) and ho["eps_mse"][0] > 1e3 * prof["eps_mse"][0]
+    assert all(h >= f - 1e-12 for h, f in zip(ho["eps_mse"], prof["eps_mse"]))
+    other = optimal_profile(train, diffusion, images[12:24], num_images=8, stride=10, seed=3)  # a bank it never saw
+    assert other["heldout"]["eps_mse"] == other["eps_mse"]
     assert prof["x0_mse"][-1] > 0.5 * prof["x0_mse"][-1] + 0.0 and prof["x0_mse"][0] < prof["x0_mse"][-1]
     # no network beats it: here a random tiny UNet and the zero network, on the same bank and noise
     for net in (_tiny_unet(), Zero()):

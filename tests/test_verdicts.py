@@ -209,6 +209,7 @@ def test_flow_matching_claims_are_judged_in_their_group_against_their_own_baseli
     assert rows["fm_logit_normal"]["verdict"] == "reproduced"
     assert rows["fm_logit_normal"]["baseline"] == "uniform_none_v_b128_linear_flow_euler"
     assert rows["fm_logit_normal_asymptote"]["verdict"] == "contradicted"
+    assert rows["fm_logit_normal_early"]["verdict"] == "reproduced"  # once converged, both are judged
     q2 = rows["fm_sample_not_weight"]
     assert q2["verdict"] == "reproduced" and q2["baseline"] == "logit_normal_none_v_b128_linear_flow_euler"
     assert 3 < q2["diff"] < 7
@@ -249,6 +250,8 @@ def test_the_asymptote_claim_is_not_judged_on_shortened_runs():
     """Curriculum Sampling's claim is about the end of training: runs shortened by a train.total_kimg
     override (the default study's 6-kimg flow runs: their total_kimg column is not the study's base
     length) leave it "not run", whatever their ids say."""
+    from timestep_lab.claims import FLOW_CLAIMS
+
     rng = np.random.default_rng(2)
     seeds, base = list(range(3)), 100 + rng.normal(0, 10, 3)
     df = pd.DataFrame(_rows("flow_matching", "uniform", "none", seeds, base, prediction="v", tag="_flow_heun",
@@ -256,9 +259,16 @@ def test_the_asymptote_claim_is_not_judged_on_shortened_runs():
                       + _rows("flow_matching", "logit_normal", "none", seeds, base - 20 + rng.normal(0, 1, 3),
                               prediction="v", tag="_flow_heun", total_kimg=8))
     rows = _judged(df)
-    assert rows["fm_logit_normal"]["verdict"] == "reproduced"
     assert rows["fm_logit_normal_asymptote"]["verdict"] == "not run"
     assert "96 kimg" in rows["fm_logit_normal_asymptote"]["needs"]
+    # issue 42: SD3's ranking is about trained models; at the start of training (no sign the baseline has
+    # stopped improving) it is not judged, and the early-only competitor reads the same comparison
+    assert rows["fm_logit_normal"]["verdict"] == "not judged at this length"
+    early = rows["fm_logit_normal_early"]
+    assert early["verdict"] == "reproduced" and early["test"] == rows["fm_logit_normal"]["test"]
+    assert early["judged_at"] == "any length"
+    gated = {c.id for c in FLOW_CLAIMS if c.judged_at == "convergence"}
+    assert gated == {"fm_logit_normal", "fm_logit_normal_asymptote", "fm_mode", "fm_cosmap", "fm_curriculum"}
 
 
 def test_claims_are_stated_as_their_sources_state_them():
@@ -330,3 +340,51 @@ def test_claims_and_evidence_match_no_piece_of_a_run_id():
             if isinstance(node, ast.Import) and any(a.name == "re" for a in node.names):
                 found.append(f"{path.name}:{node.lineno} import re")
     assert not found, found
+
+
+def _consistency_json(shared_beyond_control: float, seed: int = 0) -> dict:
+    """consistency.json of 4 models: every model is the Gaussian control's solution for noise i plus
+    ``shared_beyond_control`` of a second structure all models share (the control does not), plus
+    its own noise; the control is its solution plus noise of the models' spread."""
+    from timestep_lab.studies.consistency import consistency_test, paired_distance
+
+    rng = np.random.default_rng(seed)
+    base = rng.normal(128, 40, size=(60, 4, 4, 1))
+    extra = rng.normal(0, 40, size=base.shape)
+
+    def draw(x):
+        return np.clip(x + rng.normal(0, 25, base.shape), 0, 255).astype(np.uint8)
+
+    sets = {f"m{i}": draw(base + shared_beyond_control * extra) for i in range(4)}
+    control = {"gaussian": draw(base)}
+    names = list(sets)
+    pairs = [{"a": a, "b": b, **paired_distance(sets[a], sets[b])} for i, a in enumerate(names) for b in names[i + 1:]]
+    return {"pairs": pairs, **consistency_test(sets, control, permutations=199, seed=seed)}
+
+
+def test_consistency_is_judged_against_its_closed_form_control():
+    """Issue 42: the Gaussian control itself passes "paired < unpaired", so that test rejects a null
+    nobody holds. Models whose agreement is all the control's shared solution: paired < unpaired
+    still holds (the permutation p at its floor), but the contrast models vs control covers 0 and the
+    claim is not reproduced; models sharing structure the control lacks: reproduced."""
+    from timestep_lab.evidence.verdicts import consistency_effect
+
+    only_control = consistency_effect(_consistency_json(0.0))
+    assert only_control["control"] == "gaussian" and only_control["n"] == 4
+    old = only_control["paired_unpaired"]
+    assert old["diff"] < 0 and old["p"] == pytest.approx(2 / 200)  # the test before: a finding at any level here
+    assert only_control["ci_low"] < 0 < only_control["ci_high"]
+    row = {r["id"]: r for r in judge_claims(pd.DataFrame(), {"consistency": only_control})["claims"]}
+    assert row["same_noise_same_image"]["verdict"] == "inconclusive"
+    beyond = consistency_effect(_consistency_json(1.0, seed=1))
+    assert beyond["ci_high"] < 0 and beyond["diff"] < only_control["diff"]
+    row = {r["id"]: r for r in judge_claims(pd.DataFrame(), {"consistency": beyond})["claims"]}
+    assert row["same_noise_same_image"]["verdict"] == "reproduced"
+    assert "gaussian control" in row["same_noise_same_image"]["units"]
+    # a file written before issue 42 (no models_vs_control): the same contrast from its pairs' ratios
+    legacy = _consistency_json(1.0, seed=1)
+    del legacy["pixel"]["controls"]["gaussian"]["models_vs_control"]
+    again = consistency_effect(legacy)
+    assert again["diff"] == pytest.approx(beyond["diff"], rel=1e-4)
+    # no control sampled: the claim cannot be judged (not run)
+    assert consistency_effect({"pixel": {"test": beyond["paired_unpaired"], "controls": {}}}) is None

@@ -80,7 +80,13 @@ def test_eps_to_x0_and_v_conversion_is_exact():
     l_eps, l_x0, l_v = mean_flat((eps_hat - eps) ** 2), mean_flat((x0_hat - x0) ** 2), mean_flat((v_hat - v) ** 2)
     close(l_x0, l_eps / SNR[t], rtol=1e-9)
     close(l_v, l_eps / AB[t], rtol=1e-9)
-    for name in ("min_snr", "p2", "edm", "speed", "none"):
+    # issue 42: eps_units gives every type the eps loss, while "none" leaves x0 and v at 1/SNR and 1/ab in eps units
+    for p, loss in (("x0", l_x0), ("v", l_v)):
+        close(w("eps_units", p).double()[t] * loss, l_eps, rtol=1e-5)
+    assert torch.all(w("eps_units", "eps") == 1) and torch.all(w("none", "x0") == 1)
+    spread = (1 / SNR).max() / (1 / SNR).min()  # what "none" does to an x0 model's per-t weights in eps units
+    assert spread > 2e4
+    for name in ("min_snr", "p2", "edm", "speed", "none", "eps_units"):
         we, wx, wv = (w(name, p).double()[t] for p in ("eps", "x0", "v"))
         if name in ("speed", "none"):  # defined on the network's own loss ("native"): no conversion
             close(wx, we), close(wv, we)

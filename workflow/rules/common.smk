@@ -340,10 +340,12 @@ def batch_size_runs():
 
 
 def prediction_runs():
-    """{prediction type: run id} of the prediction_types group (lowest seed)."""
+    """{prediction type: run id} of the prediction_types group (lowest seed), unweighted runs only
+    (the arms at equal per-t weighting in eps units are FID arms, not profiled)."""
     out = {}
     for r in sorted(group_runs("prediction_types"), key=lambda r: RUNS[r].axes["seed"]):
-        out.setdefault(RUNS[r].axes["prediction"], r)
+        if RUNS[r].axes.get("weighting", "none") == "none":
+            out.setdefault(RUNS[r].axes["prediction"], r)
     return out
 
 

@@ -69,6 +69,7 @@ rule floor:
         data=parent_dir("data"),
         weights=weights_arg(),
         num_samples=W.opt("--num-samples", W.fid_sample_count(config["evaluation"])),
+        progress_samples=W.opt("--progress-samples", config["evaluation"].get("progress_num_samples")),
     log:
         f"{LOGS}/floor/floor.log",
     benchmark:
@@ -80,7 +81,8 @@ rule floor:
         "../../envs/conda.yaml"
     shell:
         "python -m timestep_lab floor --data={params.data:q} --reference={input.reference:q} {params.weights:q}"
-        " {params.num_samples:q} --out={output:q} --threads={threads} --no-progress > {log:q} 2>&1"
+        " {params.num_samples:q} {params.progress_samples:q} --out={output:q} --threads={threads} --no-progress"
+        " > {log:q} 2>&1"
 
 
 rule sample_score:

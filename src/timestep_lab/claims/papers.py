@@ -140,8 +140,8 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
           direction="the smallest batch reaches a higher final FID than the base batch",
           # the plain small-batch run, not its retraining toward t = 0 nor its uniform continuation
           # (batch-sized small too, both started from it)
-          group="batch_size", arm={"batch_size": "{smallest}", "init_from": "none"},
-          baseline={"batch_size": "{base}", "init_from": "none"},
+          group="batch_size", arm={"batch_size": "{smallest}", "init_from": "none", "total_kimg": "{base}"},
+          baseline={"batch_size": "{base}", "init_from": "none", "total_kimg": "{base}"},
           expected_sign=+1, judged_at="convergence", needs="groups.batch_size with two batch sizes",
           note="about the final model of a full training run: early in training the small batch's extra optimizer "
                "steps favour it whatever happens at convergence"),
@@ -155,11 +155,15 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
     Claim("same_noise_same_image", CLTS, "Abstract", status="finding",
           quote="DMs with different initializations or even different architectures can produce very similar outputs "
                 "given the same noise inputs",
-          statement="models trained from different seeds map the same noise to close images (paired distance below "
-                    "unpaired)",
-          direction="paired minus unpaired sample distance is negative",
+          statement="models trained from different seeds map the same noise to images closer to each other than the "
+                    "closed-form Gaussian denoiser's shared solution explains (models against the control)",
+          direction="a model pair's log(paired/unpaired) distance ratio minus its models' log ratios against the "
+                    "Gaussian control is negative",
           kind="analysis", analysis="consistency", expected_sign=-1,
-          needs="groups.consistency and analyses.consistency"),
+          needs="groups.consistency and analyses.consistency with controls: true",
+          note="'paired < unpaired' alone cannot discriminate: the closed-form Gaussian denoiser passes it too "
+               "(issue 42); the test is the models against that control, jackknife over models "
+               "(docs/methods.md §9.5)"),
     Claim("table1_pretrained", SEED, "Sec. 2.1, Table 1", status="finding",
           quote="we split the whole timesteps into ten slots based on the MSE losses [...] so that the sum of MSE "
                 "losses for all timesteps in each slot is the same",

@@ -113,6 +113,8 @@ def _floor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="floor.json to write")
     p.add_argument("--num-samples", type=at_least(MIN_FID_SAMPLES), default=None,
                    help="the final FID's sample count (evaluation.num_samples); the split's size if smaller")
+    p.add_argument("--progress-samples", type=at_least(2), default=None,
+                   help="the progress points' sample count (evaluation.progress_num_samples): the floor at it too")
     p.add_argument("--replicates", type=at_least(1), default=None, help="bootstrap replicates (default 200)")
     p.add_argument("--seed", type=seed_arg, default=None, help="bootstrap seed (default 0)")
     p.add_argument("--weights", type=Path, default=None, help="feature weights (default: as recorded / eval.*)")
@@ -137,7 +139,8 @@ def cmd_floor(args: argparse.Namespace) -> int:
     res = write_floor(np.asarray(data.images), args.reference, args.out, num_samples=args.num_samples,
                       cfg=eval_config(args), weights=args.weights, device=device(args), data_info=info,
                       replicates=BOOTSTRAP_REPLICATES if args.replicates is None else args.replicates,
-                      seed=BOOTSTRAP_SEED if args.seed is None else args.seed, progress=not args.no_progress)
+                      seed=BOOTSTRAP_SEED if args.seed is None else args.seed, progress=not args.no_progress,
+                      also_at=() if args.progress_samples is None else (args.progress_samples,))
     log.info("%s floor on %d held-out images: %s -> %s", res["label"], res["num_samples"],
              ", ".join(f"{r['value']:.4g} [{r['ci'][0]:.4g}, {r['ci'][1]:.4g}] ({r['tool']})" for r in res["records"]),
              args.out)

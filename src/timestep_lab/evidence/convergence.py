@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["PLATEAU_DROP", "plateau"]
+__all__ = ["PLATEAU_DROP", "plateau", "span_text"]
 
 #: the largest fall of FID over the last third of training that still reads as converged
 PLATEAU_DROP = 0.10
@@ -43,3 +43,14 @@ def plateau(curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> dict[s
     drop = 1.0 - float(np.exp(np.mean(np.log(ratios))))
     return {"from_kimg": spans[0][0], "to_kimg": spans[0][1], "drop": drop, "seeds": len(ratios),
             "threshold": PLATEAU_DROP, "converged": drop < PLATEAU_DROP}
+
+
+def span_text(from_kimg: float, to_kimg: float) -> str:
+    """What part of training a plateau measured: ``"the last third"`` when its first point lies
+    within 5% of training of two thirds of the way, else the share it spans, e.g. ``"the last 50%
+    (the progress points hold none nearer two thirds)"``: a two-point curve (3, 6 kimg) measures the
+    last half, and the page must not call that a third (issue 42)."""
+    share = 1.0 - float(from_kimg) / float(to_kimg) if to_kimg else float("nan")
+    if abs(share - 1 / 3) <= 0.05:
+        return "the last third"
+    return f"the last {share:.0%} (the progress points hold none nearer two thirds)"

@@ -26,7 +26,9 @@ What :func:`judge_family` adds (docs/methods.md §9.1-§9.7):
   seeds needed to resolve the paper's own number where it is comparable with ours;
 * the size verdict (:mod:`timestep_lab.evidence.size`): the paper's number and its band against
   our interval, as an equivalence statement;
-* the same test on log-FID ratios (its own Holm over the same family), disagreements flagged.
+* the same test on log-FID ratios (its own Holm over the same family); a finding it disagrees
+  with is flagged (``log.agrees`` false) and read as inconclusive (§9.6), the finding kept as
+  ``verdict_before_log_check``.
 
 :func:`family_findings` is the same decision for many simulated scorecards at once (numpy).
 """
@@ -46,6 +48,8 @@ __all__ = ["ALPHA", "judge_family", "family_findings", "calibrated", "DETECTABLE
 
 #: Family-wise error rate of the scorecard.
 ALPHA = 0.05
+#: Direction verdicts that are findings (a log-ratio check that disagrees with one makes it inconclusive).
+FINDINGS = ("reproduced", "contradicted")
 #: Seeds the seeds-needed plan searches up to, and the coarser envelope it uses (a plan, not a verdict).
 PLAN_MAX_SEEDS, PLAN_DRAWS = 50, 2 ** 14
 DETECTABLE_BASIS = (f"true |difference| found with {POWER:.0%} power at the verdict's Holm level alpha/m and the "
@@ -57,7 +61,8 @@ RULES = {
                 "c the calibration's critical value (docs/methods.md §9.1); the Student-t one is under t_test",
     "verdict_rule": "direction: reproduced / contradicted when the interval excludes 0 on the claimed / the other "
                     "side and the calibrated p-value, Holm-adjusted across every judged claim of the study (family), "
-                    "is < 0.05; inconclusive otherwise (zero spread across seeds: no test); not judged at this "
+                    "is < 0.05; inconclusive otherwise (zero spread across seeds: no test), and where the log-ratio check "
+                    "disagrees with a finding (docs/methods.md §9.6: the finding depends on the scale); not judged at this "
                     "length: a claim about convergence in a study whose baseline has not stopped improving; not run: "
                     "the study lacks the runs",
     "size_rule": f"the paper's number with a band of a factor {SIZE_BAND:g} either way: consistent when our interval "
@@ -175,6 +180,12 @@ def _judge(r: dict[str, Any], p_adj: float, p_adj_log: float, m: int, level: flo
     if log and log.get("n"):
         lv = verdict(log.get("ci_low"), log.get("ci_high"), sign, p_adj_log, alpha)
         r["log"] = {**log, "p_adj": p_adj_log, "verdict": lv, "agrees": lv == r["verdict"]}
+        if r["verdict"] in FINDINGS and lv != r["verdict"]:
+            # §9.6: a finding that depends on the scale the effect is measured on is read as inconclusive
+            r["verdict_before_log_check"] = r["verdict"]
+            r["verdict"] = "inconclusive"
+            r["verdict_note"] = (f"{r['verdict_before_log_check']} on FID differences, but the log-ratio check says "
+                                 f"{lv}: the finding depends on the scale, read as inconclusive (docs/methods.md §9.6)")
 
 
 def judge_family(rows: Sequence[Mapping[str, Any]], *, alpha: float = ALPHA,

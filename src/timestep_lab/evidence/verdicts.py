@@ -27,12 +27,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import special as spf
 
 from timestep_lab.artifacts.floor import floor_record, headline_tool
 from timestep_lab.claims import CLAIMS, Claim
 from timestep_lab.evidence.calibration import DEFAULT_CALIBRATION
-from timestep_lab.evidence.convergence import PLATEAU_DROP, plateau
+from timestep_lab.evidence.convergence import PLATEAU_DROP, plateau, span_text
 from timestep_lab.evidence.family import ALPHA, judge_family
+from timestep_lab.evidence.jackknife import models_vs_control
 from timestep_lab.evidence.stats import Speedup, holm, paired, speedup, verdict
 from timestep_lab.groups import baselines
 
@@ -183,28 +185,44 @@ def interference_effect(analysis: Mapping[str, Any] | None) -> dict[str, Any] | 
     return {**analysis["off_diagonal"], "units": units}
 
 
-def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel") -> dict[str, Any] | None:
-    """The consistency claim's effect from ``consistency.json``: over the model pairs, the mean of
-    ``paired - unpaired`` sample distance (``space`` pixel or feature). From the test over models:
-    the jackknife interval and the two-sided permutation p (``p_method`` "permutation": an exact
-    test the scorecard keeps as it is); without it (an old file), a 95% t-interval over pairs
-    (pairs share models, so the interval is optimistic; docs/methods.md §9.5)."""
-    test = ((analysis or {}).get(space) or {}).get("test")
-    if test and test.get("n"):  # the test over models (studies/consistency.py): n counts models, not pairs
-        out = {**test, "units": f"{space} distance, paired - unpaired (jackknife over models)",
-               "p_method": "permutation"}
-        if test.get("alternative") != "two-sided" and test.get("p") is not None:
-            # a consistency.json written before the test was two-sided: its p is P(null <= stat), one side only
-            out["p"] = min(1.0, 2.0 * float(test["p"]))
-            out["p_note"] = "two-sided p bounded by twice the file's one-sided permutation p"
-        return out
-    pairs = [p for p in (analysis or {}).get("pairs", []) if p.get(space)]
-    if not pairs:
+#: The closed-form control the consistency claim is tested against: the Gaussian denoiser, the
+#: "same early solution" every network passes through (docs/methods.md §4.1).
+CONSISTENCY_CONTROL = "gaussian"
+
+
+def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel",
+                       control: str = CONSISTENCY_CONTROL) -> dict[str, Any] | None:
+    """The consistency claim's effect from ``consistency.json``, models against the closed-form
+    ``control`` (issue 42; docs/methods.md §9.5): over model pairs, ``log(paired/unpaired)`` of the
+    pair minus the mean of its two models' ``log(paired/unpaired)`` against the control
+    (:func:`timestep_lab.evidence.jackknife.models_vs_control`), negative when the models agree on
+    a noise more than the control's own solution explains. ``n`` counts models; ``sd`` is the
+    jackknife SE times sqrt(n), so the family's calibration refers ``diff / SE`` like any paired
+    test. ``paired_unpaired``: the test before (paired - unpaired, permutation p), which the
+    control itself passes, kept as a description. None without the control's samples (a file
+    written before, with neither ``models_vs_control`` nor the per-pair ratios, too)."""
+    block = (analysis or {}).get(space) or {}
+    ctrl = (block.get("controls") or {}).get(control)
+    if not ctrl:
         return None
-    res = paired([p[space]["unpaired"] for p in pairs], [p[space]["paired"] for p in pairs])
-    ratio = [p[space]["ratio"] for p in pairs if p[space].get("ratio") is not None]
-    return {**res.as_dict(), "p_adj": res.p, "units": f"{space} distance", "pairs": len(pairs),
-            "mean_ratio": sum(ratio) / len(ratio) if ratio else math.nan}
+    mvc = ctrl.get("models_vs_control")
+    if mvc is None:  # a consistency.json written before issue 42: the same contrast from its pairs' ratios
+        ratios = {(p["a"], p["b"]): (p.get(space) or {}).get("ratio") for p in (analysis or {}).get("pairs", [])}
+        names = list((analysis or {}).get("models") or ctrl.get("ratio") or {})
+        if not ratios or any(r is None for r in ratios.values()) or not set(ctrl.get("ratio") or {}) >= set(names):
+            return None
+        mvc = models_vs_control(names, ratios, ctrl["ratio"])
+    n, se = int(mvc.get("n") or 0), mvc.get("se")
+    if n < 3 or se is None or not math.isfinite(float(mvc["diff"])):
+        return None
+    test = block.get("test") or {}
+    diff = float(mvc["diff"])
+    p = float(2 * spf.stdtr(n - 1, -abs(diff) / float(se))) if float(se) > 0 else math.nan  # Student t, kept as t_test
+    return {"n": n, "diff": diff, "sd": float(se) * math.sqrt(n), "se": float(se),
+            "ci_low": mvc.get("ci_low"), "ci_high": mvc.get("ci_high"), "p": p, "control": control,
+            "units": f"{space} log(paired/unpaired) ratio, model pair - its models against the {control} control "
+                     "(jackknife over models)",
+            "paired_unpaired": {k: test.get(k) for k in ("diff", "ci_low", "ci_high", "p", "paired", "unpaired", "n")}}
 
 
 def _resolve(selector: Mapping[str, Any], df: pd.DataFrame, base: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -269,7 +287,8 @@ def regime(metrics: pd.DataFrame, baseline_arm: str, seeds: Sequence[int], floor
         return out
     out["converged"] = p.pop("converged")
     out["convergence_note"] = (
-        f"the baseline's FID fell {p['drop']:.0%} over the last third of training ({p['from_kimg']:g} -> "
+        f"the baseline's FID fell {p['drop']:.0%} over {span_text(p['from_kimg'], p['to_kimg'])} of training "
+        f"({p['from_kimg']:g} -> "
         f"{p['to_kimg']:g} kimg, mean of {p['seeds']} seeds)"
         + (f", less than {PLATEAU_DROP:.0%}: judged as converged" if out["converged"]
            else f", not under {PLATEAU_DROP:.0%}: a claim about the converged model is not judged at this length"))
@@ -284,7 +303,8 @@ def _measured(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -> d
     if not effect or not effect.get("n"):
         return row
     row.update({k: effect.get(k, math.nan) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")})
-    row.update({k: effect[k] for k in ("se", "p_method", "p_note") if effect.get(k) is not None})
+    row.update({k: effect[k] for k in ("se", "p_method", "p_note", "control", "paired_unpaired")
+                if effect.get(k) is not None})
     row["units"] = effect.get("units") or ("final FID, arm - baseline" if claim.kind == "fid" else "")
     if claim.kind == "fid" and effect.get("log"):
         row["log"] = {k: effect["log"].get(k, math.nan) for k in ("n", "diff", "sd", "ci_low", "ci_high", "p")}

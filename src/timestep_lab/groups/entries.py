@@ -28,7 +28,7 @@ GROUPS: tuple[StudyGroup, ...] = (
                report_inputs=("interference", "slots", "verdicts", "interference_control"), needs="finetune_runs",
                rules=("interference", "interference_control")),
     StudyGroup("batch_size", "small vs large batch at an equal per-timestep budget",
-               baseline={"batch_size": "{base}", "init_from": "none"},
+               baseline={"batch_size": "{base}", "init_from": "none", "total_kimg": "{base}"},
                report_inputs=("tables", "group_profiles", "optimal"), rules=("profile_losses",),
                gpu_rules=("profile_losses",)),
     StudyGroup("timestep_contribution", "which timesteps' predictions matter for the final image?",

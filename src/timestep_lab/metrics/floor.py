@@ -85,10 +85,15 @@ def _bootstrap(feats: np.ndarray, value: float, mu: np.ndarray, sigma: np.ndarra
 def compute_floor(images_nhwc: np.ndarray, reference: str | Path | Reference, *, num_samples: int | None,
                   cfg: EvalConfig = EvalConfig(), weights: str | Path | None = None,
                   replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED, device: Any = "cpu",
-                  data_info: dict[str, Any] | None = None, progress: bool = False) -> dict[str, Any]:
+                  data_info: dict[str, Any] | None = None, progress: bool = False,
+                  also_at: tuple[int, ...] = ()) -> dict[str, Any]:
     """The floor record (module docstring) of the held-out ``images_nhwc`` (uint8 NHWC).
 
-    ``num_samples``: the final FID's sample count (None: every held-out image).
+    ``num_samples``: the final FID's sample count (None: every held-out image). ``also_at``: other
+    sample counts (the progress points', ``evaluation.progress_num_samples``) at which each tool's
+    record also gives the floor, ``at_counts`` ``{str(n): FID}`` on a seeded subset of n of the same
+    images (no interval): a FID at n samples is set against the floor at n (issue 42: a progress
+    FID at 128 samples was divided by the floor at 359, and FID falls with the count).
     """
     if replicates < 10:
         raise ArtifactError(f"the floor's bootstrap needs at least 10 replicates, got {replicates}")
@@ -115,12 +120,14 @@ def compute_floor(images_nhwc: np.ndarray, reference: str | Path | Reference, *,
         mu, sigma = (np.asarray(ref.arrays[k], dtype=np.float64) for k in stats[tool])
         value = _tool_fid(tool, feats, ref)
         ci, median = _bootstrap(feats, value, mu, sigma, replicates, seed)
+        at_counts = {str(int(n)): _tool_fid(tool, feats[reference_subset(len(feats), int(n))[0]], ref)
+                     for n in also_at if 2 <= int(n) < len(feats)}
         records.append({
             "tool": tool, "tool_version": versions[tool], "metric": "fid", "label": LABELS[spec.name]["fid"],
             "value": value, "ci": ci, "bootstrap_median": median,
             "num_samples": int(len(x)), "num_reference": ref.count, "extractor": spec.name,
             "feature_weights_sha256": spec.sha256[tool], "reference_file": str(ref.path),
-            "reference_sha256": ref.sha256,
+            "reference_sha256": ref.sha256, **({"at_counts": at_counts} if at_counts else {}),
         })
     return {
         "format": FLOOR_FORMAT, "label": spec.label, "metric": "fid", "num_samples": int(len(x)),

@@ -42,6 +42,7 @@ from timestep_lab.reporting.forest import forest_rows, forest_svg
 from timestep_lab.reporting.scorecard import format_difference, load_verdicts, scorecard_rows
 
 __all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup", "show_verdicts", "comparison_table",
+           "claim_verdicts", "comparison_lines", "NO_CLAIM", "group_comparisons",
            "show_comparisons", "speedup_seed_table", "show_speedup_seeds", "code_text"]
 
 
@@ -175,8 +176,8 @@ def show_verdicts(verdicts_json: str | Path | None, ids: Iterable[str]) -> None:
     display(HTML(compact_table(rows)))
 
 
-_DIRECTION = {"reproduced": "lower than the baseline", "contradicted": "higher than the baseline",
-              "inconclusive": "inconclusive"}
+#: What the verdict column says for a comparison no scorecard claim reads.
+NO_CLAIM = "no claim reads it: described, not judged"
 
 
 def group_comparisons(study: Study, summary: str | Path | dict) -> dict:
@@ -189,41 +190,76 @@ def group_comparisons(study: Study, summary: str | Path | dict) -> dict:
     return {key: comp for key, comp in (data.get("comparisons") or {}).items() if key.split("/")[0] == study.group}
 
 
-def comparison_table(study: Study, summary: str | Path | dict) -> pd.DataFrame:
+def claim_verdicts(verdicts: str | Path | dict | None) -> dict[str, list[tuple[str, str]]]:
+    """``{test: [(claim id, direction verdict), ...]}`` from ``verdicts.json``: the one verdict the
+    scorecard gives each comparison it reads (two claims on one comparison, a finding and the
+    opposite hypothesis, each with its own), for the group reports to print instead of judging the
+    comparison again (issue 42)."""
+    data = verdicts if isinstance(verdicts, dict) else load_verdicts(verdicts)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for row in (data or {}).get("claims", []):
+        if row.get("test"):
+            out.setdefault(str(row["test"]), []).append((str(row.get("id")), str(row.get("verdict"))))
+    return out
+
+
+def comparison_table(study: Study, summary: str | Path | dict, verdicts: str | Path | dict | None = None
+                     ) -> pd.DataFrame:
     """Every arm of ``study``'s group against the group's baseline arm, paired by seed
     (:func:`group_comparisons`, read from ``summary.json``): one row per arm with the final-FID
-    difference and 95% interval, the geometric-mean FID ratio and its interval, n, the p
-    Holm-adjusted across the arms of the group, the finding (lower / higher than the baseline, or
-    inconclusive), the smallest difference found with 80% power at that Holm level (estimated from
-    the sample SD), and the censored per-seed speed-up."""
+    difference and 95% interval, the geometric-mean FID ratio and its interval, n, the verdict the
+    scorecard (``verdicts``) gives the claims that read this comparison, or :data:`NO_CLAIM` (one
+    verdict per comparison: the group's own Holm test is not a second one), the smallest
+    difference found with 80% power at the group's Holm level (estimated from the sample SD), and
+    the censored per-seed speed-up."""
+    judged = claim_verdicts(verdicts)
     rows = []
     for key, group in group_comparisons(study, summary).items():
         for arm, c in group["comparisons"].items():
             log = c.get("log") or {}
             ratio = [math.exp(x) if x is not None and math.isfinite(x) else math.nan
                      for x in (log.get("diff"), log.get("ci_low"), log.get("ci_high"))]
+            claims = judged.get(f"{key.split('/')[0]}:{arm}:{group['baseline']}", [])
             rows.append({
                 "comparison": key, "arm": arm, "baseline": group["baseline"], "n seeds": c["n"],
                 f"{study.label} difference [95% CI]": format_difference(c),
                 "FID ratio [95% CI]": (f"{ratio[0]:.3f} [{ratio[1]:.3f}, {ratio[2]:.3f}]"
                                        if all(math.isfinite(r) for r in ratio) else "n/a"),
-                "Holm p (group)": c.get("p_adj"),
-                "final FID": _DIRECTION.get(c.get("verdict"), "n/a") if c["n"] >= 2 else "no finding (n < 2)",
+                "scorecard verdict": "; ".join(f"{cid}: {v}" for cid, v in claims) if claims else NO_CLAIM,
                 "detectable |difference|": c.get("detectable"),
                 "speed-up (censored)": speedup_text(c.get("speedup")) or "",
             })
     return pd.DataFrame(rows)
 
 
-def show_comparisons(study: Study, summary: str | Path | dict) -> pd.DataFrame:
+def show_comparisons(study: Study, summary: str | Path | dict, verdicts: str | Path | dict | None = None
+                     ) -> pd.DataFrame:
     """Displays :func:`comparison_table` (or a line saying why there is none) and returns it."""
-    table = comparison_table(study, summary)
+    table = comparison_table(study, summary, verdicts)
     if not len(table):
         display(Markdown("_No paired comparison: the group's baseline arm has no finished seed._"))
         return table
-    display(table.style.format({"Holm p (group)": "{:.3g}", "detectable |difference|": "{:.3g}"}, na_rep="n/a")
-            .hide(axis="index"))
+    display(table.style.format({"detectable |difference|": "{:.3g}"}, na_rep="n/a").hide(axis="index"))
     return table
+
+
+def comparison_lines(table: pd.DataFrame, label: str, versus: str) -> list[str]:
+    """One line per row of :func:`comparison_table` for a report's "what our numbers show": the
+    difference, and the scorecard's verdict where a claim reads the comparison; otherwise a
+    description with the smallest difference this budget detects (never a finding of its own)."""
+    lines = []
+    for _, r in table.iterrows():
+        diff, det = r[f"{label} difference [95% CI]"], r["detectable |difference|"]
+        if r["scorecard verdict"] != NO_CLAIM:
+            lines.append(f"- {r['arm']} vs {versus}: {diff}; scorecard: **{r['scorecard verdict']}**.")
+        elif r["n seeds"] < 2:
+            lines.append(f"- {r['arm']} vs {versus}: {diff}; fewer than 2 paired seeds, so no interval.")
+        else:
+            lines.append(f"- {r['arm']} vs {versus}: {diff}; no claim on the scorecard reads this comparison, so it is "
+                         "described, not judged" + (f" (this budget detects |differences| of about {det:.3g} or more "
+                                                    "at the group's Holm level)." if det == det and det is not None
+                                                    else "."))
+    return lines
 
 
 _CENSORING = {"": "reached between two points", "early": "at or before the first point: ratio is a lower bound",

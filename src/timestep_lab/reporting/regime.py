@@ -27,7 +27,7 @@ import pandas as pd
 
 from timestep_lab.artifacts.floor import FID_TOOL_ORDER, floor_record
 from timestep_lab.artifacts.io import read_json
-from timestep_lab.evidence.convergence import plateau
+from timestep_lab.evidence.convergence import plateau, span_text
 from timestep_lab.evidence.stats import paired
 
 __all__ = ["summary_floor", "long_run", "gap_shares", "regime", "plot_regime", "regime_lines", "show_regime"]
@@ -109,6 +109,24 @@ def regime(metrics: pd.DataFrame, runs: pd.DataFrame, per_seed: pd.DataFrame, ba
     return out
 
 
+def _floor_ratio(fid: float, n: int | None, f: Mapping[str, Any] | None) -> str:
+    """`", 15x the floor at the same 128 samples (...)."`: a FID at ``n`` samples over the floor at
+    ``n`` (the record's own count, or its ``at_counts``); no ratio when the floor has no value at
+    ``n`` (issue 42: a progress FID at 128 samples over the floor at 359 read 18x, about 15x
+    matched; FID falls with the sample count)."""
+    if not f:
+        return "."
+    if n is not None and n == f.get("num_samples"):
+        return f", {fid / f['value']:.2g}x the floor (both at {n} samples)."
+    matched = (f.get("at_counts") or {}).get(str(n)) if n is not None else None
+    if matched:
+        return (f", {fid / matched:.2g}x the floor at the same {n} samples ({matched:.3g}; "
+                f"{f['value']:.3g} at its {f.get('num_samples')})."
+                )
+    return (f"; the floor was scored at {f.get('num_samples')} samples, not at these points' {n}: no ratio "
+            "(FID falls with the sample count).")
+
+
 def regime_lines(r: Mapping[str, Any], label: str) -> list[str]:
     """The regime block's sentences, every number from ``r`` (:func:`regime`)."""
     lines = []
@@ -128,7 +146,8 @@ def regime_lines(r: Mapping[str, Any], label: str) -> list[str]:
         at = r.get("long_at_group")
         p = r.get("long_plateau")
         state = ("whether it has converged is unknown (fewer than 2 points)" if p is None else
-                 f"over its last third ({p['from_kimg']:.3g} -> {p['to_kimg']:.3g} kimg) its FID fell {p['drop']:.0%}: "
+                 f"over {span_text(p['from_kimg'], p['to_kimg']).replace('the last', 'its last', 1)} "
+                 f"({p['from_kimg']:.3g} -> {p['to_kimg']:.3g} kimg) its FID fell {p['drop']:.0%}: "
                  + (f"converged by the scorecard's rule (less than {p['threshold']:.0%})" if p["converged"] else
                     f"not converged by the scorecard's rule (not under {p['threshold']:.0%})"))
         text = (f"- **Long run**: the reference (uniform t, batch {lr['batch_size']}) trained for {lr['final_kimg']:.4g} kimg; "
@@ -139,7 +158,7 @@ def regime_lines(r: Mapping[str, Any], label: str) -> list[str]:
         if at and r.get("group_kimg"):
             text += (f" At {at[0]:.3g} kimg, this group's length ({r['group_kimg']:.3g} kimg), it stood at {at[1]:.3g}: "
                      f"{at[1] / lr['fid'][-1]:.2g}x its last value")
-            text += f", {at[1] / f['value']:.2g}x the floor." if f else "."
+            text += _floor_ratio(at[1], lr.get("n_progress"), f)
         lines.append(text)
     else:
         lines.append("- **Long run**: no long run in this study (reference.progress_every_kimg not set).")

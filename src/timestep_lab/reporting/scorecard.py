@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from timestep_lab.artifacts.io import read_json
+from timestep_lab.evidence.convergence import span_text
 
 __all__ = ["COLUMNS", "load_verdicts", "scorecard_rows", "format_difference", "format_ratio", "regime_text",
            "size_text", "floor_text"]
@@ -90,7 +91,8 @@ def regime_text(regime: Mapping[str, Any] | None) -> str:
     plateau = regime.get("plateau")
     if plateau:
         state = "converged" if regime.get("converged") else "not converged"
-        parts.append(f"FID fell {plateau['drop']:.0%} over the last third ({state})")
+        span = span_text(plateau["from_kimg"], plateau["to_kimg"]) if plateau.get("to_kimg") else "the last third"
+        parts.append(f"FID fell {plateau['drop']:.0%} over {span} ({state})")
     else:
         parts.append("no progress curve: convergence unknown")
     return "; ".join(parts)
@@ -140,6 +142,10 @@ def _robustness(row: Mapping[str, Any]) -> str:
     ratio = f"FID ratio {format_ratio(log)}"
     if log.get("agrees"):
         return f"agrees ({ratio})"
+    before = row.get("verdict_before_log_check")
+    if before:  # the finding the scorecard read as inconclusive (docs/methods.md §9.6)
+        return (f"DISAGREES: {before} on FID differences, the log-ratio test says {log['verdict']} ({ratio}): "
+                "read as inconclusive (docs/methods.md §9.6)")
     return f"DISAGREES: the log-ratio test says {log['verdict']} ({ratio})"
 
 

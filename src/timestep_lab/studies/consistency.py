@@ -19,8 +19,9 @@ from typing import Any, Callable
 import numpy as np
 
 from timestep_lab.errors import InputError
+from timestep_lab.evidence.jackknife import jackknife_over_models, models_vs_control
 
-__all__ = ["paired_distance", "derangement", "jackknife_over_models", "consistency_test"]
+__all__ = ["paired_distance", "derangement", "jackknife_over_models", "consistency_test", "models_vs_control"]
 
 
 def derangement(n: int, seed: int = 0) -> np.ndarray:
@@ -116,31 +117,6 @@ def _flat(x: np.ndarray, pixels: bool) -> np.ndarray:
     return (x / 255.0 if pixels else x).reshape(len(x), -1)
 
 
-def jackknife_over_models(models: list[str], per_pair: dict[tuple[str, str], float],
-                          level: float = 0.95) -> dict[str, Any]:
-    """Mean of a per-pair statistic with a leave-one-model-out jackknife interval.
-
-    Pairs that share a model are dependent, so the unit of analysis is the model: ``theta`` is
-    the mean over all pairs, ``theta_(-m)`` the mean over the pairs without model ``m``,
-    ``SE^2 = (M-1)/M sum_m (theta_(-m) - mean_m theta_(-m))^2`` and the interval
-    ``theta +- t_{level, M-1} SE`` (``n`` = M models). Needs M >= 3 for an interval.
-    """
-    from scipy import stats as sps
-
-    theta = float(np.mean(list(per_pair.values())))
-    M = len(models)
-    out: dict[str, Any] = {"diff": theta, "n": M, "unit": "models", "pairs": len(per_pair),
-                           "ci_low": None, "ci_high": None, "se": None}
-    if M < 3:
-        return out
-    loo = np.array([np.mean([v for (a, b), v in per_pair.items() if m not in (a, b)]) for m in models])
-    se = float(np.sqrt((M - 1) / M * ((loo - loo.mean()) ** 2).sum()))
-    tq = float(sps.t.ppf(0.5 + level / 2, M - 1))
-    out.update(se=se, ci_low=theta - tq * se, ci_high=theta + tq * se,
-               detectable=(tq + float(sps.t.ppf(0.80, M - 1))) * se)
-    return out
-
-
 def consistency_test(sets: dict[str, np.ndarray], controls: dict[str, np.ndarray] | None = None, *,
                      features: Callable[[np.ndarray], Any] | None = None, permutations: int = 999,
                      seed: int = 0) -> dict[str, Any]:
@@ -163,7 +139,8 @@ def consistency_test(sets: dict[str, np.ndarray], controls: dict[str, np.ndarray
         * ``controls``: per control, ``paired`` and ``unpaired`` distance of every model to it and
           ``closer_to_each_other``: per model pair, ``d(a, b) - (d(a, C) + d(b, C)) / 2`` on paired
           samples (negative: the models are closer to each other than to the control), with the
-          jackknife interval over models.
+          jackknife interval over models; ``models_vs_control``: the same on log paired/unpaired
+          ratios (:func:`models_vs_control`), the contrast the scorecard tests.
     """
     names = list(sets)
     if len(names) < 2:
@@ -218,5 +195,9 @@ def _to_control(flat: dict[str, np.ndarray], control: np.ndarray, names: list[st
     to_c = {m: _pair_stats(flat[m], control, ident, ident) for m in names}
     to_c_unpaired = {m: _pair_stats(flat[m], control, ident, shift) for m in names}
     closer = {(a, b): dist(a, b) - (to_c[a] + to_c[b]) / 2 for a, b in pairs}
-    return {"paired": to_c, "unpaired": to_c_unpaired, "ratio": {m: to_c[m] / to_c_unpaired[m] for m in names},
-            "closer_to_each_other": jackknife_over_models(names, closer)}
+    ratio = {m: to_c[m] / to_c_unpaired[m] for m in names}
+    model_ratio = {(a, b): dist(a, b) / dist(a, b, ident, shift) for a, b in pairs}
+    return {"paired": to_c, "unpaired": to_c_unpaired, "ratio": ratio,
+            "closer_to_each_other": jackknife_over_models(names, closer),
+            "models_vs_control": models_vs_control(names, model_ratio, ratio)}
+

@@ -65,8 +65,11 @@ class EmpiricalDenoiser:
         self.y_sq = (self.y ** 2).sum(1)  # [N]
         self.diffusion, self.chunk = diffusion, int(chunk)
 
-    def x0(self, x_t: Tensor, t: Tensor) -> Tensor:
-        """``E[x0 | x_t]`` as float64 ``[B, C, H, W]`` (``t`` original timesteps ``[B]``)."""
+    def x0(self, x_t: Tensor, t: Tensor, exclude: Tensor | None = None) -> Tensor:
+        """``E[x0 | x_t]`` as float64 ``[B, C, H, W]`` (``t`` original timesteps ``[B]``).
+
+        ``exclude`` (``[B]`` indices into the training images): row b's posterior leaves image
+        ``exclude[b]`` out, the leave-one-out (held-out) denoiser of an image it never saw."""
         B = x_t.shape[0]
         x = x_t.detach().double().cpu().reshape(B, -1)
         ab = self.diffusion.alpha_bar[t.cpu()].double()  # [B]
@@ -75,6 +78,9 @@ class EmpiricalDenoiser:
             xs, a = x[s:s + self.chunk], ab[s:s + self.chunk, None]
             # ||x - sqrt(a) y||^2 = ||x||^2 - 2 sqrt(a) x.y + a ||y||^2; ||x||^2 is constant per row
             logits = (2 * exact.sqrt(a) * (xs @ self.y.T) - a * self.y_sq[None]) / (2 * (1 - a))
+            if exclude is not None:
+                rows = torch.arange(len(xs))
+                logits[rows, exclude[s:s + self.chunk].long()] = -torch.inf
             out[s:s + self.chunk] = torch.softmax(logits, dim=1) @ self.y
         return out.reshape(B, *self.shape)
 
@@ -119,37 +125,53 @@ def optimal_profile(train_images_uint8_nhwc: Any, diffusion: GaussianDiffusion, 
     :returns: a loss-profile dict (:data:`~timestep_lab.studies.profile.PROFILE_FORMAT`, loadable with
         ``load_profile``) with ``eps_mse``, ``x0_mse``, ``v_mse`` ``[K]`` and their ``*_sem``:
         ``eps_mse[t] = mean (eps* - eps)^2``, ``x0_mse[t] = mean (E[x0|x_t] - x0)^2`` over bank and
-        pixels; ``loss`` = ``eps_mse``; ``model`` says what it is.
+        pixels; ``loss`` = ``eps_mse``; ``model`` says what it is. ``heldout``: the same three (and
+        their ``*_sem``) for the leave-one-out denoiser, each bank image scored by the posterior
+        mean of the *other* training images (issue 42): the floor on an image the denoiser did not
+        memorise. Near t = 0 the training floor is ~0 only because the bank image is in the sum;
+        held out, the same denoiser snaps to the nearest other image. With a separate bank
+        (not the training images) nothing is left out: ``heldout`` equals the training floor.
     """
     bank = train_images_uint8_nhwc if bank_images_uint8_nhwc is None else bank_images_uint8_nhwc
-    x0, eps, _ = profile_bank(bank, num_images, seed)
+    x0, eps, idx = profile_bank(bank, num_images, seed)
+    exclude = idx if bank_images_uint8_nhwc is None else None
     x0, eps = x0.double(), eps.double()
     den = EmpiricalDenoiser(train_images_uint8_nhwc, diffusion)
     ts = profile_timesteps(diffusion.T, stride)
     n = x0.shape[0]
-    stats: dict[str, list[float]] = {k: [] for k in ("eps_mse", "x0_mse", "v_mse")}
-    sems: dict[str, list[float]] = {k: [] for k in stats}
+    keys = ("eps_mse", "x0_mse", "v_mse")
+    stats: dict[str, dict[str, list[float]]] = {f: {k: [] for k in keys} for f in ("train", "heldout")}
+    sems: dict[str, dict[str, list[float]]] = {f: {k: [] for k in keys} for f in ("train", "heldout")}
     ab_all = diffusion.alpha_bar
     for t_val in ts:
         t = torch.full((n,), t_val, dtype=torch.long)
         a = float(ab_all[t_val])
         x_t = a ** 0.5 * x0 + (1 - a) ** 0.5 * eps
-        x0_hat = den.x0(x_t, t)
-        err_x0 = x0_hat - x0
-        # eps* - eps = -sqrt(a / (1 - a)) (x0* - x0); v* - v = -(x0* - x0) / sqrt(1 - a)
-        per = {"x0_mse": err_x0.pow(2).flatten(1).mean(1)}
-        per["eps_mse"] = per["x0_mse"] * (a / (1 - a))
-        per["v_mse"] = per["x0_mse"] / (1 - a)
-        for k, v in per.items():
-            stats[k].append(float(v.mean()))
-            sems[k].append(float(v.std(unbiased=True) / n ** 0.5) if n > 1 else 0.0)
+        for floor, ex in (("train", None), ("heldout", exclude)):
+            if floor == "heldout" and ex is None:  # nothing to leave out: the same numbers
+                for k in keys:
+                    stats[floor][k].append(stats["train"][k][-1])
+                    sems[floor][k].append(sems["train"][k][-1])
+                continue
+            err_x0 = den.x0(x_t, t, ex) - x0
+            # eps* - eps = -sqrt(a / (1 - a)) (x0* - x0); v* - v = -(x0* - x0) / sqrt(1 - a)
+            per = {"x0_mse": err_x0.pow(2).flatten(1).mean(1)}
+            per["eps_mse"] = per["x0_mse"] * (a / (1 - a))
+            per["v_mse"] = per["x0_mse"] / (1 - a)
+            for k, v in per.items():
+                stats[floor][k].append(float(v.mean()))
+                sems[floor][k].append(float(v.std(unbiased=True) / n ** 0.5) if n > 1 else 0.0)
     out: dict[str, Any] = {
         "format": PROFILE_FORMAT, "T": diffusion.T, "stride": int(stride), "num_images": int(n), "seed": int(seed),
         "prediction": "optimal", "image_shape": list(x0.shape[1:]), "timesteps": ts,
         "model": {"kind": "optimal denoiser", "train_images": int(den.y.shape[0]),
                   "definition": "E[x0 | x_t] = softmax-weighted mean of the training images"},
-        **stats, **{f"{k}_sem": v for k, v in sems.items()},
+        **stats["train"], **{f"{k}_sem": v for k, v in sems["train"].items()},
+        "heldout": {"definition": "leave-one-out: each bank image scored by the posterior mean of the other "
+                                  "training images" if exclude is not None else "the bank is not in the training "
+                                  "set: nothing left out, the training floor",
+                    **stats["heldout"], **{f"{k}_sem": v for k, v in sems["heldout"].items()}},
     }
     out["loss"], out["loss_sem"] = out["eps_mse"], out["eps_mse_sem"]
-    out["grad"] = {"timesteps": [], "norm_mean": [], "norm_var": [], "samples": 0}
+    out["grad"] = {"timesteps": [], "norm_mean": [], "norm_var": [], "cov_trace": [], "mean_sq_norm": [], "samples": 0}
     return out

@@ -22,7 +22,8 @@ and ``(x0_hat, eps_hat)`` the prediction type's estimates from ``net(x_t, t)``:
 and ``*_sem`` the standard error of each mean over the bank. For ``grad_timesteps`` evenly
 spaced ``t`` (``round(linspace(0, T-1, grad_timesteps))``, duplicates removed) it also reports
 the mean and the (unbiased, ddof = 1) variance over ``grad_samples`` single samples (bank image
-``i``, bank noise ``i``) of ``||d loss_i / d theta||_2`` over all parameters.
+``i``, bank noise ``i``) of ``||d loss_i / d theta||_2`` over all parameters, and the trace of
+the gradients' covariance matrix, ``tr Cov(g) = E ||g - E g||^2`` (unbiased), the SGD noise at t.
 """
 
 from __future__ import annotations
@@ -156,16 +157,22 @@ def _forward_stats(net: nn.Module, diffusion: GaussianDiffusion, prediction: Pre
     return {**mean, **{f"{k}_sem": exact.sqrt(var[k] / n) for k in names}}
 
 
-def _grad_norms(net: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, x0: Tensor, eps: Tensor,
-                ts: list[int], samples: int, device: torch.device) -> tuple[list[float], list[float]]:
+def _grad_stats(net: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, x0: Tensor, eps: Tensor,
+                ts: list[int], samples: int, device: torch.device) -> dict[str, list[float]]:
+    """Per t in ``ts``, over ``samples`` single-sample gradients ``g_i`` (all parameters, float64):
+    ``norm_mean``/``norm_var`` of ``||g_i||`` and ``cov_trace`` = ``tr Cov(g)`` =
+    ``(sum_i ||g_i||^2 - n ||g_bar||^2) / (n - 1)``, the noise of an SGD step at that t (what the
+    adaptive sampler's variance argument is about; the variance of the *norm* is not it: gradients
+    of equal norm pointing every way have zero norm variance and the largest covariance);
+    ``mean_sq_norm`` = ``||g_bar||^2``, the signal beside it."""
     params = list(net.parameters())
     flags = [p.requires_grad for p in params]
     for p in params:
         p.requires_grad_(True)
-    means, variances = [], []
+    out: dict[str, list[float]] = {k: [] for k in ("norm_mean", "norm_var", "cov_trace", "mean_sq_norm")}
     try:
         for t_val in ts:
-            norms = []
+            norms_sq, total = [], None
             for s in range(samples):
                 i = s % x0.shape[0]
                 xb, eb = x0[i : i + 1].to(device), eps[i : i + 1].to(device)
@@ -174,15 +181,21 @@ def _grad_norms(net: nn.Module, diffusion: GaussianDiffusion, prediction: Predic
                 with torch.enable_grad():
                     loss = prediction.loss(net(x_t, t).float(), xb, eb, x_t, t, diffusion).loss.sum()
                     grads = torch.autograd.grad(loss, params, allow_unused=True)
-                sq = sum(float(g.detach().double().pow(2).sum()) for g in grads if g is not None)
-                norms.append(sq ** 0.5)
-            arr = np.asarray(norms, dtype=np.float64)
-            means.append(float(arr.mean()))
-            variances.append(float(arr.var(ddof=1)) if len(arr) > 1 else 0.0)
+                flat = torch.cat([(g if g is not None else torch.zeros_like(p)).detach().double().reshape(-1)
+                                  for g, p in zip(grads, params)])
+                norms_sq.append(float(flat.pow(2).sum()))
+                total = flat if total is None else total + flat
+            n = len(norms_sq)
+            arr = np.sqrt(np.asarray(norms_sq, dtype=np.float64))
+            mean_sq = float((total / n).pow(2).sum())
+            out["norm_mean"].append(float(arr.mean()))
+            out["norm_var"].append(float(arr.var(ddof=1)) if n > 1 else 0.0)
+            out["mean_sq_norm"].append(mean_sq)
+            out["cov_trace"].append(max(0.0, (math.fsum(norms_sq) - n * mean_sq) / (n - 1)) if n > 1 else 0.0)
     finally:
         for p, f in zip(params, flags):
             p.requires_grad_(f)
-    return means, variances
+    return out
 
 
 def loss_profile(net: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, images_uint8_nhwc: Any, *,
@@ -199,7 +212,8 @@ def loss_profile(net: nn.Module, diffusion: GaussianDiffusion, prediction: Predi
     :param grad_samples: single-sample gradients per such t.
     :returns: ``{"format", "T", "stride", "num_images", "seed", "prediction", "image_shape" [C, H, W],
         "timesteps" [K], "eps_mse" [K], "x0_mse" [K], "vlb_bpd" [K], "loss" [K], "<key>_sem" [K],
-        "grad": {"timesteps" [G], "norm_mean" [G], "norm_var" [G], "samples"}}`` -- plain lists, JSON-ready.
+        "grad": {"timesteps" [G], "norm_mean" [G], "norm_var" [G], "cov_trace" [G], "mean_sq_norm" [G],
+        "samples"}}`` (:func:`_grad_stats`) -- plain lists, JSON-ready.
     """
     device = torch.device(device)
     T = diffusion.T
@@ -208,11 +222,10 @@ def loss_profile(net: nn.Module, diffusion: GaussianDiffusion, prediction: Predi
     with _Eval(net):
         stats = _forward_stats(net, diffusion, prediction, x0, eps, ts, max(1, int(batch_size)), device)
         grad_ts: list[int] = []
-        g_mean: list[float] = []
-        g_var: list[float] = []
+        g: dict[str, list[float]] = {k: [] for k in ("norm_mean", "norm_var", "cov_trace", "mean_sq_norm")}
         if grad_timesteps > 0:
             grad_ts = sorted({int(round(v)) for v in np.linspace(0, T - 1, int(grad_timesteps))})
-            g_mean, g_var = _grad_norms(net, diffusion, prediction, x0, eps, grad_ts, max(1, int(grad_samples)), device)
+            g = _grad_stats(net, diffusion, prediction, x0, eps, grad_ts, max(1, int(grad_samples)), device)
     out: dict[str, Any] = {
         "format": PROFILE_FORMAT, "T": T, "stride": int(stride), "num_images": int(x0.shape[0]), "seed": int(seed),
         "prediction": getattr(prediction, "name", type(prediction).__name__), "image_shape": list(x0.shape[1:]),
@@ -220,8 +233,7 @@ def loss_profile(net: nn.Module, diffusion: GaussianDiffusion, prediction: Predi
     }
     for k, v in stats.items():
         out[k] = [float(x) for x in v]
-    out["grad"] = {"timesteps": grad_ts, "norm_mean": g_mean, "norm_var": g_var,
-                   "samples": int(grad_samples) if grad_ts else 0}
+    out["grad"] = {"timesteps": grad_ts, **g, "samples": int(grad_samples) if grad_ts else 0}
     return out
 
 

@@ -15,6 +15,8 @@ rectified flow's velocity ``eps - x0``; default ``ab``):
 name       definition                                                                  space
 =========  ==========================================================================  =======
 none       w = 1                                                                       native
+eps_units  w = 1 on the eps-MSE: x0 loss weighted by SNR, v loss by c_v (every              eps
+           prediction type at the eps loss's per-t weighting)
 speed      g = d(1 - ab)/dt (central differences), g^ = (g - min g)/(max g - min g);    native
            w = (1 - lam) + (2 lam - 1) g^ for t < tau, ``after_tau`` (1) otherwise
            (SpeeD, arXiv 2405.17403; lam in [0.5, 1])
@@ -96,6 +98,18 @@ class Weighting:
 
 @WEIGHTINGS.register("none", NoParams)
 class NoWeighting(Weighting):
+    def formula(self) -> Tensor:
+        return torch.ones_like(self.alpha_bar)
+
+
+@WEIGHTINGS.register("eps_units", NoParams)
+class EpsUnits(Weighting):
+    """``w_eps = 1``: every prediction type trained on the eps-MSE's per-t weighting (x0: ``SNR``,
+    v: ``c_v``), so eps, x0 and v differ only in their parameterisation (issue 42: an unweighted
+    x0 or v loss weights t by ``1/SNR`` or ``1/ab`` in eps units, up to ~2.5e4 apart)."""
+
+    space = "eps"
+
     def formula(self) -> Tensor:
         return torch.ones_like(self.alpha_bar)
 
