@@ -52,8 +52,8 @@ def test_whole_card_false_findings_are_at_most_5_percent_without_normality(study
     least one false "reproduced" or "contradicted" is at most 5%, its one-sided 95% Monte Carlo
     upper bound included (rate + 1.645 SE). Measured here (rate, SE 0.04-0.21 points): default card
     0.48 / 0.33 / 0.83 / 4.47% (its consistency row an exact permutation test; since issue 42 a
-    calibrated test over 4 models: lognormal 1 at 4.66% on 100,000 cards), digits-full 0.00 / 0.01 /
-    0.08 / 4.44% (27 comparisons since issue 43's sampling-shift arms; 0.00 / 0.01 / 0.08 / 4.13% at 25,
+    calibrated test over 4 models: lognormal 1 at 4.66% on 100,000 cards), digits-full 0.00 / 0.00 /
+    0.13 / 4.47% (27 comparisons since issue 43's sampling-shift arms and issue 42's gating; 0.00 / 0.01 / 0.08 / 4.13% at 25,
     0.13 / 0.14 / 0.23 / 4.26% at 21) (normal / t3 / lognormal 0.5 / lognormal 1). The rule before
     (Student-t p-values), same cards: 4.87 / 2.79 / 11.79 / 41.43% and
     4.46 / 2.44 / 20.96 / 67.08%."""

@@ -228,9 +228,10 @@ def test_sampling_shift_arms_are_told_apart_from_their_training_twins_by_the_sam
     select exactly one arm each; fm_train_sample_shift compares shift3 sampled with shift 3 against
     shift3 sampled unshifted, fm_sample_shift uniform sampled with shift 3 against the baseline."""
     rng = np.random.default_rng(3)
-    seeds, base = list(range(4)), 100 + rng.normal(0, 10, 4)
-    arms = {("uniform", 1.0, ""): base, ("uniform", 3.0, "_shift3.0"): base + 8 + rng.normal(0, 1, 4),
-            ("shift3", 1.0, ""): base + 4 + rng.normal(0, 1, 4), ("shift3", 3.0, "_shift3.0"): base - 6 + rng.normal(0, 1, 4)}
+    # seeds that agree with each other on both scales (the log-ratio check of §9.6 reads the same)
+    seeds, base = list(range(5)), 100 + rng.normal(0, 1, 5)
+    arms = {("uniform", 1.0, ""): base, ("uniform", 3.0, "_shift3.0"): base + 8 + rng.normal(0, 0.5, 5),
+            ("shift3", 1.0, ""): base + 4 + rng.normal(0, 0.5, 5), ("shift3", 3.0, "_shift3.0"): base - 6 + rng.normal(0, 0.5, 5)}
     df = pd.DataFrame([r for (sampler, shift, tag), fids in arms.items()
                        for r in _rows("flow_matching", sampler, "none", seeds, fids, prediction="v",
                                       tag="_flow_heun" + tag, sample_shift=shift)])
@@ -238,7 +239,7 @@ def test_sampling_shift_arms_are_told_apart_from_their_training_twins_by_the_sam
     assert rows["fm_sample_shift"]["verdict"] == "reproduced" and 6 < rows["fm_sample_shift"]["diff"] < 10
     assert rows["fm_sample_shift"]["baseline"] == "uniform_none_v_b128_linear_flow_heun"
     same = rows["fm_train_sample_shift"]
-    assert same["verdict"] == "reproduced" and -12 < same["diff"] < -8, same
+    assert same["verdict"] == "reproduced" and -12 < same["diff"] < -8, same  # shift3 at 3 against shift3 at 1
     assert same["arm"] == "shift3_none_v_b128_linear_flow_heun_shift3.0"
     assert same["baseline"] == "shift3_none_v_b128_linear_flow_heun"
     shift = rows["fm_shift"]  # training shift alone: the unshifted-grid twin, not the shift-3.0 one
