@@ -130,7 +130,8 @@ def test_encode_latents_command(folders, tmp_path, capsys):
 
 def test_a_dit_trains_on_latents_and_records_the_vae(folders, tmp_path):
     from timestep_lab.artifacts.io import load_torch
-    from timestep_lab.config import config_from_dict
+    from timestep_lab.config import SampleConfig, config_from_dict
+    from timestep_lab.generate.sampling import generate
     from timestep_lab.train import train
 
     _, _, out, _ = folders
@@ -147,3 +148,9 @@ def test_a_dit_trains_on_latents_and_records_the_vae(folders, tmp_path):
     recorded = model["inputs"]["data"]
     assert recorded["vae_sha256"] == LatentData(out).manifest["vae"]["sha256"]
     assert recorded["scaling_factor"] == DEFAULT_SCALING
+    # generation decodes the latents through the same VAE and records it
+    info = generate(tmp_path / "run" / "model.pt", tmp_path / "samples.npz",
+                    SampleConfig(num_samples=3, method="ddim", steps=4, batch_size=3, clip_x0=False), progress=False)
+    images = np.load(tmp_path / "samples.npz")["images"]
+    assert images.shape == (3, 8, 8, 3) and images.dtype == np.uint8
+    assert info["vae"]["sha256"] == recorded["vae_sha256"] and info["vae"]["scaling_factor"] == DEFAULT_SCALING

@@ -70,7 +70,7 @@ class LatentData:
         the latent arrays' sha256: what a model trained on the folder records."""
         vae = self.manifest["vae"]
         return {**self.manifest["data"], "vae_sha256": vae["sha256"], "scaling_factor": vae["scaling_factor"],
-                "latents_sha256": dict(sorted(self.manifest["sha256"].items()))}
+                "vae": dict(vae), "latents_sha256": dict(sorted(self.manifest["sha256"].items()))}
 
     @property
     def scaling_factor(self) -> float:

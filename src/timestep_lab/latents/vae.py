@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from timestep_lab.artifacts.io import ArtifactError, sha256_file
 from timestep_lab.models.diffusers import DIFFUSERS_WEIGHTS, import_diffusers
 
-__all__ = ["DEFAULT_SCALING", "VaeInfo", "load_vae", "vae_info", "encode_moments", "decode_latents"]
+__all__ = ["DEFAULT_SCALING", "VaeInfo", "load_vae", "vae_info", "encode_moments", "decode_latents", "latent_decoder"]
 
 #: sd-vae-ft-ema's (and Stable Diffusion 1.x's) latent scaling factor
 DEFAULT_SCALING = 0.18215
@@ -105,3 +105,16 @@ def decode_latents(vae: nn.Module, z: Tensor, scaling_factor: float) -> Tensor:
     """Images ``[B, 3, H, W]`` (about [-1, 1], not clamped) of scaled latents ``z`` ``[B, c, h, w]``:
     ``D(z / s)``."""
     return vae.decode(z.float() / scaling_factor).sample
+
+
+def latent_decoder(record: dict[str, Any], device: Any = "cpu") -> Callable[[Tensor], Tensor]:
+    """``z -> D(z / s)`` (float32, on ``device``) of the VAE a latent model was trained with, from
+    its record (:meth:`VaeInfo.record`: the folder and ``s``); :class:`ArtifactError` when the
+    folder's weights are no longer the recorded ones (samples decoded by another VAE would be
+    scored as this model's)."""
+    vae, info = load_vae(record["folder"], float(record["scaling_factor"]))
+    if info.sha256 != record["sha256"]:
+        raise ArtifactError(f"{record['folder']}: the VAE's weights have sha256 {info.sha256[:12]}, the model was "
+                            f"trained on latents of {str(record['sha256'])[:12]}; restore that VAE")
+    vae = vae.to(device)
+    return lambda z: decode_latents(vae, z.to(device), info.scaling_factor)

@@ -82,6 +82,8 @@ def _protocol(spec: FeatureExtractorSpec, ref: Reference, n: int, meta: dict[str
         "num_reference": ref.count, "sampler": meta.get("method"), "steps": meta.get("steps"), "eta": meta.get("eta"),
         "ema": meta.get("use_ema"), "seed_range": meta.get("seed_range"), "reference_file": str(ref.path),
         "reference_sha256": ref.sha256, "code": dict(code) if code is not None else None,
+        # latent models: the VAE that decoded the samples (folder, weights' sha256, scaling factor)
+        "vae": meta.get("vae"),
     }
 
 

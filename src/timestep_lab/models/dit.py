@@ -164,7 +164,8 @@ class DiT(nn.Module):
         d, p = shape.hidden, shape.patch
         self.grid = input_size // p
         self.x_embedder = nn.Conv2d(in_channels, d, p, stride=p)
-        self.register_buffer("pos_embed", sincos_2d(d, self.grid)[None], persistent=False)
+        # in the state dict as in the official checkpoints (and every EMA copy of the buffers)
+        self.register_buffer("pos_embed", sincos_2d(d, self.grid)[None])
         self.t_embedder = nn.Sequential(nn.Linear(_FREQ_DIM, d), nn.SiLU(), nn.Linear(d, d))
         self.y_embedder = nn.Embedding(num_classes + 1, d) if num_classes > 0 else None
         self.blocks = nn.ModuleList(_Block(d, shape.heads) for _ in range(shape.depth))
