@@ -108,7 +108,8 @@ def test_anchor_scaling_keeps_the_anchors_utilisation():
         "norm_groups": 32}}, 32, 3).forward, rel=1e-3)  # the DDPM CIFAR-10 network is ours: FLOPs counted
 
     def carried(anchor, flops, device, precision):
-        return {s.anchor.name: s.images_per_s for s in scaled_anchors(anchor.step, flops, device, precision)}
+        return {s.anchor.name: s.images_per_s
+                for s in scaled_anchors(anchor.step, flops, device, precision, anchor.family)}
 
     assert carried(kimbo, kimbo.flops_per_image, "a100", "bf16")[kimbo.name] == pytest.approx(kimbo.images_per_s)
     assert carried(kimbo, 2 * kimbo.flops_per_image, "a100", "bf16")[kimbo.name] == pytest.approx(kimbo.images_per_s / 2)
@@ -145,6 +146,12 @@ def test_anchor_scaling_keeps_the_anchors_utilisation():
     anchor_ips = [a.images_per_s for a in scaled_anchors("sample", 12.44e9, "h100", "fp32")]
     assert pub.basis == "published" and len(anchor_ips) >= 2
     assert (1 / pub.low, 1 / pub.high) == pytest.approx((max(anchor_ips), min(anchor_ips)))
+    # a DiT is carried from the DiT anchors only, a UNet from the UNet anchors only
+    fast_dit = next(a for a in ANCHORS if a.name.startswith("fast-DiT"))
+    assert fast_dit.images_per_s == pytest.approx(107.52) and fast_dit.utilisation == pytest.approx(0.245, abs=0.001)
+    dit = rate("dit-674.83M@32x32x4", fast_dit.flops_per_image, "h100", "bf16", "train")
+    assert {name for name, *_ in dit.sources[1:]} == {a.name for a in ANCHORS if a.family == "dit"}
+    assert not any(a.family == "dit" for a in ANCHORS if a.name in {n for n, *_ in gpu.sources})
     guess = rate("unet-1M@8x8x1", 1e9, "cpu", "fp32", "forward", "features")
     assert guess.basis == "assumed MFU 15%" and guess.low < guess.seconds_per_image < guess.high
     assert "ASSUMPTION" in guess.sources[0][1]
