@@ -154,3 +154,14 @@ def test_a_dit_trains_on_latents_and_records_the_vae(folders, tmp_path):
     images = np.load(tmp_path / "samples.npz")["images"]
     assert images.shape == (3, 8, 8, 3) and images.dtype == np.uint8
     assert info["vae"]["sha256"] == recorded["vae_sha256"] and info["vae"]["scaling_factor"] == DEFAULT_SCALING
+
+
+def test_a_latent_study_trains_on_the_encoded_split():
+    from timestep_lab.workflow import is_latent, latent_dir, run_config
+
+    study = {"data": {"dataset": "imagenet", "resolution": 256, "train_split": "train"}, "base": {},
+             "latent": {"vae": "data/weights/sd-vae-ft-ema"}}
+    assert is_latent(study) and latent_dir(study["data"], "train") == "data/prepared/imagenet-256-train-latents"
+    assert run_config(study, {})["data"]["path"] == "data/prepared/imagenet-256-train-latents"
+    pixel = {**study, "latent": {"vae": None}}
+    assert not is_latent(pixel) and run_config(pixel, {})["data"]["path"] == "data/prepared/imagenet-256-train"

@@ -163,7 +163,7 @@ ANCHORS: tuple[Anchor, ...] = (
         derivation="1.3 it/s at local batch 128 per GPU on a node of 8 H800: 166.4 images/s per GPU, in bf16 (the "
                    "table does not say; Open-Sora trains in bf16); the step also ran the VAE encoder (272.7 GFLOP "
                    "per image), which this figure does not count: it understates a step on stored latents",
-        citation="hpcaitech/Open-Sora docs/speed.md: 'The speeds are measured when training on a single node with 8 "
+        citation="hpcaitech/Open-Sora, speed.md in its docs folder: 'The speeds are measured when training on a single node with 8 "
                  "GPUs (H800-80GB) ... The batch size (BS) is the local batch size.' | DiT-XL/2 | 128 | 1.3 it/s",
         family="dit",
     ),
