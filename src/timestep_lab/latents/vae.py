@@ -55,7 +55,7 @@ def _read_config(folder: Path) -> tuple[dict[str, Any], Path]:
                             f"stabilityai/sd-vae-ft-ema there, README 'Latent diffusion')")
     try:
         config = json.loads((folder / "config.json").read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"{folder / 'config.json'}: corrupted JSON ({exc})") from None
     if not isinstance(config, dict) or config.get("_class_name", "AutoencoderKL") != "AutoencoderKL":
         name = config.get("_class_name") if isinstance(config, dict) else type(config).__name__
