@@ -3,6 +3,7 @@
     python benchmarks/train_step.py                                   # digits model, CPU, batch 128
     python benchmarks/train_step.py --model cifar10 --batch 8         # the 35.7M CIFAR-10 UNet on a CPU
     python benchmarks/train_step.py --device cuda --model cifar10 --json out.json   # H100: bf16, compile
+    python benchmarks/train_step.py --device cuda --model dit-b2 --batch 256 --json out.json   # DiT-B/2, latent shape
     python benchmarks/train_step.py --quick --json out.json           # CI: a few seconds, ratios rough
 
 ``ours``       :meth:`timestep_lab.train.TrainStep.step` from :func:`timestep_lab.train.build_train_step`
@@ -66,6 +67,10 @@ MODELS = {
     "cifar10": (["model.channels=128", "model.channel_mult=[1,2,2,2]", "model.num_res_blocks=2",
                  "model.attention_resolutions=[16]", "model.dropout=0.1", "model.norm_groups=32"],
                 32, 3, True, 4096),
+    # DiT-B/2 (config/imagenet-dit-b.yaml; 129.5M parameters with fixed variance) on 32x32x4 inputs, the
+    # shape of 256x256 images' sd-vae-ft-ema latents (a uint8 array stands in for them: same network
+    # work, the latent loader's float16 gather aside)
+    "dit-b2": (["model.name=dit", "model.params={size: B/2}"], 32, 4, True, 4096),
 }
 NUM_TIMESTEPS = 1000
 LR = 2e-4
@@ -237,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
         result["mfu"] = {k: (flops / v / peak if peak else None) for k, v in med.items()}
 
     print(f"# {machine()}")
-    print(f"# {args.model} UNet ({n_params / 1e6:.2f}M params), batch {args.batch}, {args.device}, "
+    print(f"# {args.model} network ({n_params / 1e6:.2f}M params), batch {args.batch}, {args.device}, "
           f"{args.rounds} rounds x {steps} steps (+{warmup} warm-up, {setup_s:.0f} s incl. set-up); "
           f"ours: {result['ours']}")
     for name in fns:

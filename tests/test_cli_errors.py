@@ -62,6 +62,10 @@ def inputs(tiny_artifacts, digits_dir, tmp_path_factory):
     f["empty_file"].write_bytes(b"")
     f["garbled"].write_bytes(bytes(range(256)) * 8)
     f["empty_dir"].mkdir()
+    for name, text in (("garbled_vae", bytes(range(256)) * 8), ("list_vae", b"[1, 2]")):  # AutoencoderKL folders
+        f[name] = tmp / name
+        f[name].mkdir()
+        (f[name] / "config.json").write_bytes(text)
     f["list_yaml"].write_text("- a\n- b\n")
     f["zero_threads_yaml"] = tmp / "zero-threads.yaml"
     f["zero_threads_yaml"].write_text("study: z\nresources: {threads: 0}\n")
@@ -120,6 +124,11 @@ def _table(f) -> dict[tuple[str, str], list]:
                                         out / "c.pt"],
         ("train-features", "wrong shape"): ["train-features", "--data", f["rgb_data"], "--test-data", f["data"],
                                             "--out", out / "c.pt"],
+        ("encode-latents", "empty"): ["encode-latents", "--data", f["empty_data"], "--vae", f["list_vae"], "--out", out / "z"],
+        ("encode-latents", "out of range"): ["encode-latents", "--data", f["data"], "--vae", f["list_vae"], "--out", out / "z",
+                                             "--batch-size", "0"],
+        ("encode-latents", "garbled"): ["encode-latents", "--data", f["data"], "--vae", f["garbled_vae"], "--out", out / "z"],
+        ("encode-latents", "wrong shape"): ["encode-latents", "--data", f["data"], "--vae", f["list_vae"], "--out", out / "z"],
         ("reference-stats", "empty"): ["reference-stats", "--data", f["empty_data"], "--extractor", "digits-cnn",
                                        "--out", out / "r.npz", *ev],
         ("reference-stats", "out of range"): ["reference-stats", "--data", f["data"], "--extractor", "digits-cnn",

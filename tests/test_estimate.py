@@ -108,7 +108,8 @@ def test_anchor_scaling_keeps_the_anchors_utilisation():
         "norm_groups": 32}}, 32, 3).forward, rel=1e-3)  # the DDPM CIFAR-10 network is ours: FLOPs counted
 
     def carried(anchor, flops, device, precision):
-        return {s.anchor.name: s.images_per_s for s in scaled_anchors(anchor.step, flops, device, precision)}
+        return {s.anchor.name: s.images_per_s
+                for s in scaled_anchors(anchor.step, flops, device, precision, anchor.family)}
 
     assert carried(kimbo, kimbo.flops_per_image, "a100", "bf16")[kimbo.name] == pytest.approx(kimbo.images_per_s)
     assert carried(kimbo, 2 * kimbo.flops_per_image, "a100", "bf16")[kimbo.name] == pytest.approx(kimbo.images_per_s / 2)
@@ -145,6 +146,12 @@ def test_anchor_scaling_keeps_the_anchors_utilisation():
     anchor_ips = [a.images_per_s for a in scaled_anchors("sample", 12.44e9, "h100", "fp32")]
     assert pub.basis == "published" and len(anchor_ips) >= 2
     assert (1 / pub.low, 1 / pub.high) == pytest.approx((max(anchor_ips), min(anchor_ips)))
+    # a DiT is carried from the DiT anchors only, a UNet from the UNet anchors only
+    fast_dit = next(a for a in ANCHORS if a.name.startswith("fast-DiT"))
+    assert fast_dit.images_per_s == pytest.approx(107.52) and fast_dit.utilisation == pytest.approx(0.245, abs=0.001)
+    dit = rate("dit-674.83M@32x32x4", fast_dit.flops_per_image, "h100", "bf16", "train")
+    assert {name for name, *_ in dit.sources[1:]} == {a.name for a in ANCHORS if a.family == "dit"}
+    assert not any(a.family == "dit" for a in ANCHORS if a.name in {n for n, *_ in gpu.sources})
     guess = rate("unet-1M@8x8x1", 1e9, "cpu", "fp32", "forward", "features")
     assert guess.basis == "assumed MFU 15%" and guess.low < guess.seconds_per_image < guess.high
     assert "ASSUMPTION" in guess.sources[0][1]
@@ -195,7 +202,7 @@ def test_tiny_study_worked_by_hand():
     assert priced["train"].basis == "train: measured MFU"  # the MFU measured on the H200, carried to this network
     row = next(r for r in MEASURED if (r["device"], r["precision"], r["work"]) == ("h200", "bf16", "train"))
     measured_ips = row["images_per_s"] * row["flops_per_image"] / net.train  # H100 peak = H200 peak
-    ips = sorted(a.images_per_s for a in scaled_anchors("train", net.train, "h100", "bf16"))
+    ips = sorted(a.images_per_s for a in scaled_anchors("train", net.train, "h100", "bf16", "unet"))
     assert len(ips) == 3  # two fp32 anchors and one mixed-precision one apply to a bf16 step: the range
     assert priced["train"].gpu_hours == pytest.approx((2 * 1024 + 2048) / measured_ips / 3600)
     assert (priced["train"].low, priced["train"].high) == pytest.approx(
@@ -373,3 +380,25 @@ def test_paper_scale_progress_evaluation_costs_at_most_a_tenth_of_training(name)
     rules = {r["rule"]: r for r in est["rules"]}
     assert 0 < rules["evaluate_progress"]["flops"] / rules["train"]["flops"] <= 0.10
     assert 0 < est["total"]["progress_over_train"] < 0.25, est["total"]
+
+
+def test_a_latent_study_counts_dit_on_latents_and_the_vae(tmp_path, capsys):
+    """config/imagenet-dit-b.yaml: runs train on the encoded split (data.path ...-latents), DiT-B/2 is
+    counted on 32x32x4 latents from the DiT anchors, encode_latents is one encoder pass per image and
+    flip, every scored sample one decoder pass; the study fits its 1,000 H100-hour budget."""
+    from timestep_lab.cli import main
+    from timestep_lab.cost.estimate.flops import vae_cost
+
+    assert main(["estimate", str(ROOT / "config" / "imagenet-dit-b.yaml"), "--out", str(tmp_path / "e.json"),
+                 "--snakefile", str(ROOT / "Snakefile")]) == 0
+    out = capsys.readouterr().out
+    written = json.loads((tmp_path / "e.json").read_text())
+    rules = {x["rule"]: x for x in written["rules"]}
+    vae = vae_cost(256)
+    assert vae.latent == (32, 4) and vae.params == 83_653_863  # sd-vae-ft-ema
+    assert rules["encode_latents"]["flops"] == pytest.approx(1_281_167 * 2 * vae.encoder)
+    assert "train, dit-129.53M@32x32x4:" in out and "sd-vae-decoder@256x256x3" in out
+    train_sources = " | ".join(s["source"] for s in rules["train"]["sources"])
+    assert "fast-DiT: DiT-XL/2" in train_sources and "Open-Sora: DiT-XL/2" in train_sources
+    assert "kimbochen" not in train_sources and "EDM DDPM++" not in train_sources
+    assert written["total"]["gpu_hours"] <= 1000

@@ -45,7 +45,7 @@ def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
     SAMPLERS.params(cfg.timesteps.name, cfg.timesteps.params, key="timesteps.params", source=source)
     WEIGHTINGS.params(cfg.weighting.name, cfg.weighting.params, key="weighting.params", source=source)
     OPTIM_SCHEDULES.params(cfg.optim.schedule.name, cfg.optim.schedule.params, key="optim.schedule.params", source=source)
-    MODELS.params(cfg.model.name, None, key="model.params", source=source)
+    MODELS.params(cfg.model.name, cfg.model.params, key="model.params", source=source)
     try:
         process = build_diffusion(cfg)
     except ValueError as exc:
@@ -84,7 +84,7 @@ def build_model(cfg: RunConfig, image_size: int, channels: int) -> nn.Module:
     """The network for ``channels``-channel ``image_size`` images; output channels are
     ``channels * prediction.heads`` (3x for ``mixed``)."""
     prediction = PREDICTIONS.build(cfg.diffusion.prediction, None, num_timesteps=cfg.diffusion.num_timesteps)
-    return MODELS.build(cfg.model.name, None, cfg=cfg.model, image_size=image_size, in_channels=channels,
+    return MODELS.build(cfg.model.name, cfg.model.params, cfg=cfg.model, image_size=image_size, in_channels=channels,
                         out_channels=channels * prediction.heads)
 
 

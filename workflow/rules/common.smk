@@ -97,6 +97,14 @@ def manifest(split):
     return os.path.join(prepared(split), "manifest.json")
 
 
+def train_data():
+    """The manifest training reads: the encoded split's on a latent study (rule encode_latents)."""
+    split = config["data"]["train_split"]
+    if W.is_latent(config):
+        return os.path.join(W.latent_dir(config["data"], split), "manifest.json")
+    return manifest(split)
+
+
 def parent_dir(key):
     """A param function: the folder holding input ``key`` (e.g. the prepared data folder)."""
     return lambda wildcards, input: os.path.dirname(input[key])

@@ -36,7 +36,7 @@ rule train:
     job is resubmitted (`retries`)."""
     input:
         cfg=f"{RES}/runs/{{run}}/run.yaml",
-        data=manifest(config["data"]["train_split"]),
+        data=train_data(),
         init=init_model,
     output:
         model=f"{RES}/runs/{{run}}/model.pt",

@@ -116,7 +116,8 @@ def load_native_for_inference(path: Path, *, use_ema: bool, device: Any,
     info = {"format": "timestep_lab", "path": str(path), "sha256": sha256_file(path),
             "image_size": int(meta["image_size"]), "channels": int(meta["channels"]),
             "nimg": int(meta.get("nimg", 0)), "status": meta.get("status", "ok"),
-            "prediction": cfg.diffusion.prediction, "use_ema": use_ema, "config": meta.get("config")}
+            "prediction": cfg.diffusion.prediction, "use_ema": use_ema, "config": meta.get("config"),
+            "inputs": meta.get("inputs")}
     return LoadedModel(net, diffusion, prediction, info)
 
 

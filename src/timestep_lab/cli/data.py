@@ -37,6 +37,35 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------- encode-latents
+
+
+def _encode_latents_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, help="prepared image folder to encode")
+    p.add_argument("--vae", type=Path, required=True,
+                   help="diffusers AutoencoderKL folder (config.json + weights), e.g. data/weights/sd-vae-ft-ema")
+    p.add_argument("--out", type=Path, required=True, help="latent folder to write")
+    p.add_argument("--flip", action="store_true", help="also encode every image flipped (the study flips)")
+    p.add_argument("--scaling-factor", type=float, default=None,
+                   help="latent scaling factor (default: the folder's config.json, else 0.18215)")
+    p.add_argument("--batch-size", type=at_least(1), default=64)
+    runtime_args(p)
+
+
+@command("encode-latents", "encode a prepared folder through a VAE into the posterior's moments (once)",
+         _encode_latents_args, out_folder=True)
+def cmd_encode_latents(args: argparse.Namespace) -> int:
+    """Encode a prepared image folder through a diffusers AutoencoderKL: the posterior's mean and
+    std of every image (and of its flip with --flip), the VAE's sha256 and scaling factor in the
+    manifest; training draws a fresh latent from them each time it reads an image."""
+    from timestep_lab.latents import encode_folder
+
+    out = encode_folder(args.data, args.vae, args.out, flip=args.flip, scaling_factor=args.scaling_factor,
+                        batch_size=args.batch_size, device=str(device(args)))
+    log.info("encoded %s through %s -> %s", args.data, args.vae, out)
+    return 0
+
+
 # ------------------------------------------------------------------------------- train-features
 
 

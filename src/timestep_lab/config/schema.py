@@ -94,7 +94,10 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """ADM-style UNet hyper-parameters (see :mod:`timestep_lab.models.unet`).
+    """The network: ``name`` picks the architecture (:data:`timestep_lab.models.MODELS`); the
+    fields below ``name`` are the ADM-style UNet's hyper-parameters (see
+    :mod:`timestep_lab.models.unet`), ``params`` the parameters of other entries (``dit``: size,
+    classes, label dropout; :class:`timestep_lab.models.DiTParams`).
 
     ``attention_resolutions`` are feature-map resolutions in pixels (e.g. ``[16]`` for
     CIFAR-10 attention at 16x16). ``pretrained`` optionally names a checkpoint on disk
@@ -115,6 +118,7 @@ class ModelConfig:
     learn_sigma: bool = False  # only for loading guided-diffusion checkpoints (6 output channels)
     pretrained: str | None = None
     pretrained_format: str = "timestep_lab"
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _require(self.channels > 0, f"channels must be > 0, got {self.channels}")

@@ -31,6 +31,7 @@ from timestep_lab.artifacts.samples_file import load_samples, save_samples
 from timestep_lab.checkpoints import load_for_inference
 from timestep_lab.config import SampleConfig
 from timestep_lab.data import to_float, to_uint8
+from timestep_lab.latents import latent_decoder
 from timestep_lab.processes.predictions import MixedPrediction, Prediction
 from timestep_lab.processes.solvers import SPACINGS, Chain, GroundTruth, make_solver, respaced_timesteps, reverse_step
 
@@ -122,10 +123,14 @@ def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], di
                   image_shape: tuple[int, int, int], seeds: list[int], method: str = "ddpm", steps: int | None = None,
                   eta: float = 1.0, batch_size: int = 500, device: torch.device | str = "cpu",
                   gt_images: Tensor | None = None, gt_range: tuple[int, int] | None = None,
-                  progress: bool = False, desc: str = "sampling", shift: float = 1.0) -> np.ndarray:
+                  progress: bool = False, desc: str = "sampling", shift: float = 1.0,
+                  decode: Callable[[Tensor], Tensor] | None = None) -> np.ndarray:
     """Draw ``len(seeds)`` images; returns uint8 ``[N, H, W, C]``.
 
-    :param image_shape: ``(C, H, W)``.
+    :param image_shape: ``(C, H, W)`` of what the network generates (latents for a latent model).
+    :param decode: latents ``[B, c, h, w]`` -> images ``[B, 3, H, W]`` in [-1, 1] (the VAE's
+        decoder, :func:`timestep_lab.latents.latent_decoder`), applied to every batch before the
+        uint8 conversion; None: the network generates images.
     :param gt_images: float ``[N, C, H, W]`` true x0 (one per seed) for ground-truth replacement
         inside ``gt_range``.
     """
@@ -145,10 +150,14 @@ def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], di
             x = reverse_loop(denoise, diffusion, StackedGenerator(chunk, "cpu"), image_shape, method=method,
                              steps=steps, eta=eta, gt=gt, device=device, shift=shift,
                              on_step=(lambda _i, n=len(chunk): bar.update(n)) if bar else None)
+            if decode is not None:
+                x = decode(x)
             out.append(to_uint8(x).permute(0, 2, 3, 1).cpu().numpy())
     finally:
         if bar is not None:
             bar.close()
+    if not out and decode is not None:
+        raise ValueError("no seeds to sample")
     return np.concatenate(out) if out else np.zeros((0, image_shape[1], image_shape[2], image_shape[0]), np.uint8)
 
 
@@ -199,10 +208,12 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
         gt = to_float(torch.from_numpy(np.ascontiguousarray(gt_images[:n])).permute(0, 3, 1, 2))
     seeds = list(range(cfg.seed_base, cfg.seed_base + n))
     shape = (int(meta["channels"]), int(meta["image_size"]), int(meta["image_size"]))
+    vae = ((meta.get("inputs") or {}).get("data") or {}).get("vae")  # a model trained on latents
+    decode = latent_decoder(vae, device) if vae else None
     images = sample_images(denoise, diffusion, image_shape=shape, seeds=seeds, method=cfg.method, steps=cfg.steps,
                            eta=cfg.eta if cfg.method == "ddim" else 1.0, batch_size=cfg.batch_size, device=device,
                            gt_images=gt, gt_range=gt_range, progress=progress,
-                           desc=f"sampling {Path(model_path).parent.name}", shift=cfg.shift)
+                           desc=f"sampling {Path(model_path).parent.name}", shift=cfg.shift, decode=decode)
     info = {
         "model": str(model_path), "model_sha256": meta["sha256"], "model_format": fmt, "nimg": meta.get("nimg"),
         "status": meta.get("status", "ok"), "method": cfg.method,
@@ -212,6 +223,7 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
         "shift": cfg.shift,
         "seed_range": [cfg.seed_base, cfg.seed_base + n - 1], "num_samples": n,
         "prediction": meta.get("prediction"), "gt_range": list(gt_range) if gt_range else None,
+        "vae": vae or None,  # the VAE (folder, weights' sha256, scaling factor) that decoded the samples
     }
     if isinstance(prediction, MixedPrediction):
         info["mixed_head_per_t"] = prediction.head_per_t.tolist()

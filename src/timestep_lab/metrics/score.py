@@ -83,6 +83,8 @@ def _protocol(spec: FeatureExtractorSpec, ref: Reference, n: int, meta: dict[str
         "clip_x0": meta.get("clip_x0"), "shift": meta.get("shift"), "ema": meta.get("use_ema"),
         "seed_range": meta.get("seed_range"), "reference_file": str(ref.path),
         "reference_sha256": ref.sha256, "code": dict(code) if code is not None else None,
+        # latent models: the VAE that decoded the samples (folder, weights' sha256, scaling factor)
+        "vae": meta.get("vae"),
     }
 
 

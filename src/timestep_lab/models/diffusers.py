@@ -27,7 +27,7 @@ __all__ = ["DIFFUSERS_WEIGHTS", "DiffusersEps", "build_diffusers_unet2d", "impor
 DIFFUSERS_WEIGHTS = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")
 # The fields of a model config that say where the network comes from; every other ModelConfig
 # field describes our UNet's architecture, which a diffusers folder fixes in its config.json.
-_DIFFUSERS_MODEL_KEYS = ("name", "pretrained", "pretrained_format")
+_DIFFUSERS_MODEL_KEYS = ("name", "pretrained", "pretrained_format", "params")
 
 
 class DiffusersEps(nn.Module):

@@ -141,7 +141,7 @@ def _not_this_run(ckpt: dict, cfg: RunConfig, inputs: dict) -> str | None:
     if not isinstance(recorded, dict):
         return "records neither the data nor the model it was trained from (an earlier version wrote it)"
     old, new = recorded.get("data") or {}, inputs["data"]
-    for key in ("images_sha256", "labels_sha256"):
+    for key in ("images_sha256", "labels_sha256", "vae_sha256"):  # vae: latent data only
         if old.get(key) != new.get(key):
             return (f"was trained on other data ({key.split('_')[0]} sha256 {_short(old.get(key))}, now "
                     f"{_short(new.get(key))} in {cfg.data.path})")

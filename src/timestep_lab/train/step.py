@@ -45,6 +45,7 @@ from timestep_lab.components import (
 from timestep_lab.config import RunConfig
 from timestep_lab.data import IndexStream, Loader, PreparedData
 from timestep_lab.distributed import World, resolve_device
+from timestep_lab.latents import LatentData, LatentLoader, open_training_data
 from timestep_lab.optim import EMA, make_optimizer, make_schedule
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import Prediction
@@ -162,8 +163,8 @@ class TrainStep:
     cfg: RunConfig
     world: World
     device: torch.device
-    data: PreparedData
-    loader: Loader
+    data: PreparedData | LatentData
+    loader: Loader | LatentLoader
     diffusion: GaussianDiffusion
     prediction: Prediction
     net: nn.Module
@@ -321,8 +322,8 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
         raise ValueError(f"train.batch_size={tc.batch_size} is not batch_gpu={batch_gpu} x rounds x world_size={world.size}")
 
     # Data, process, network and the research choices, all from the config.
-    data = PreparedData(cfg.data.path)
-    loader = Loader(data, device, cfg.data.hflip)
+    # a prepared image folder, or a latent folder (fresh posterior samples per read)
+    data, loader = open_training_data(cfg.data.path, device, cfg.data.hflip)
     diffusion = build_diffusion(cfg)
     prediction = build_prediction(cfg)
     torch.manual_seed(tc.seed)  # network initialisation only; all later randomness uses explicit generators

@@ -140,6 +140,8 @@ def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
     code = rec.get("code") or {}
     out.update(code_commit=code.get("commit"), code_dirty=code.get("dirty"), code_source_sha256=code.get("source_sha256"),
                code_lock_sha256=code.get("lock_sha256"))
+    vae = rec.get("vae") or {}  # a latent model's decoder: which VAE turned its latents into the scored images
+    out.update(vae_sha256=vae.get("sha256"), vae_scaling_factor=vae.get("scaling_factor"))
     arith = code.get("arithmetic") or {}  # the CPU code paths (timestep_lab.arithmetic.in_effect)
     out.update(arithmetic=arith.get("level"), arithmetic_torch=arith.get("torch_cpu_capability"),
                arithmetic_openblas="/".join(arith.get("openblas") or []) or None)

@@ -30,7 +30,8 @@ from typing import Any, Mapping
 
 from timestep_lab.config import ConfigError, apply_overrides
 
-__all__ = ["Run", "AXES", "build_runs", "run_config", "deep_merge", "prepared_base", "prepared_dir", "apply_dotted", "check_overrides",
+__all__ = ["Run", "AXES", "build_runs", "run_config", "deep_merge", "prepared_base", "prepared_dir",
+           "latent_dir", "is_latent", "apply_dotted", "check_overrides",
            "default_axes", "run_id", "check_entry_spelling", "eval_sample", "process_kind", "ARM_COLUMNS", "arm_columns",
            "arm_id", "base_columns", "run_table"]
 
@@ -156,6 +157,16 @@ def prepared_dir(data: Mapping[str, Any], split: str) -> str:
     return f"{prepared_base(data)}/{data['dataset']}{'-' + str(res) if res else ''}-{split}"
 
 
+def latent_dir(data: Mapping[str, Any], split: str) -> str:
+    """Where ``encode-latents`` writes a split's latents: its prepared folder's name + ``-latents``."""
+    return prepared_dir(data, split) + "-latents"
+
+
+def is_latent(study: Mapping[str, Any]) -> bool:
+    """Whether the study trains on VAE latents (``latent.vae`` names a VAE folder)."""
+    return bool((study.get("latent") or {}).get("vae"))
+
+
 def _axes_config(axes: Mapping[str, Any], study: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The run-config delta implied by the axis values."""
     delta: dict[str, Any] = {}
@@ -188,7 +199,9 @@ def run_config(study: Mapping[str, Any], axes: Mapping[str, Any], overrides: Map
                where: str = "study") -> dict[str, Any]:
     """Complete run config dict for one set of axis values plus dotted ``overrides``."""
     cfg = deep_merge(study.get("base", {}), _axes_config(axes, study, where))
-    cfg.setdefault("data", {})["path"] = prepared_dir(study["data"], study["data"].get("train_split", "train"))
+    train_split = study["data"].get("train_split", "train")
+    folder = latent_dir if is_latent(study) else prepared_dir  # a latent study trains on the encoded split
+    cfg.setdefault("data", {})["path"] = folder(study["data"], train_split)
     cfg["data"].setdefault("name", study["data"]["dataset"])
     return apply_dotted(cfg, overrides or {})
 

@@ -53,6 +53,9 @@ CARDS: dict[str, Card] = {
                  "NVIDIA H100 data sheet (SXM): 67 TFLOPS FP32, 989 TF32 and 1,979 BF16 tensor with sparsity, half dense"),
     "h200": Card("NVIDIA H200", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12},
                  "NVIDIA H200 data sheet: the H100 SXM's compute (same figures), more and faster memory"),
+    "h800": Card("NVIDIA H800 SXM", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12},
+                 "NVIDIA H800 SXM: the H100 SXM's compute (same figures; the export variant differs in NVLink "
+                 "bandwidth and FP64)"),
     "rtx2080ti": Card("NVIDIA RTX 2080 Ti", {"fp32": 13.4e12, "bf16": 53.8e12},
                       "NVIDIA Turing architecture whitepaper: 13.4 TFLOPS FP32, 53.8 TFLOPS fp16 tensor with fp32 "
                       "accumulate (reference card)"),
@@ -74,6 +77,9 @@ class Anchor:
     images_per_s: float
     derivation: str  # how images_per_s and flops_per_image follow from the source
     citation: str  # where the figure is printed, quoted
+    # the network family it is carried to (train and sample steps): a transformer's utilisation
+    # says little of a UNet's (other kernels, other memory traffic), and the other way round
+    family: str = "unet"
 
     def describe(self) -> str:
         card = CARDS[self.card]
@@ -133,6 +139,35 @@ ANCHORS: tuple[Anchor, ...] = (
                  "19.5 TFLOP/s FP32)",
     ),
     Anchor(
+        name="fast-DiT: DiT-XL/2 training, A100, fp16",
+        step="train", card="a100", precision="bf16",
+        network="DiT-XL/2 (675M), 32x32x4 latents of 256x256 images, pre-extracted VAE features",
+        flops_per_image=711.72e9,
+        images_per_s=0.84 * 128,
+        derivation="0.84 steps/s at global batch 128 on one A100 with gradient checkpointing, fp16 mixed "
+                   "precision and pre-extracted latents (as our latent runs): 107.5 images/s; FLOPs: our DiT-XL/2 "
+                   "(the official layers, 8 outputs, 1000 classes), forward 237.2 GFLOP, forward + backward 711.7. "
+                   "Checkpointing recomputes the forward, so the card did ~4/3 of this work: the anchor "
+                   "understates a run without it",
+        citation="chuanyangjin/fast-DiT README, 'Improved Training Performance': 'Some data points using a global "
+                 "batch size of 128 with a A100' | gradient checkpointing, mixed precision training, feature "
+                 "pre-extraction | 0.84 steps/sec | 27485 MB",
+        family="dit",
+    ),
+    Anchor(
+        name="Open-Sora: DiT-XL/2 image training, 8x H800",
+        step="train", card="h800", precision="bf16",
+        network="DiT-XL/2 (675M), 256x256 images (256 tokens), VAE encoding in the step",
+        flops_per_image=711.72e9,
+        images_per_s=1.3 * 128,
+        derivation="1.3 it/s at local batch 128 per GPU on a node of 8 H800: 166.4 images/s per GPU, in bf16 (the "
+                   "table does not say; Open-Sora trains in bf16); the step also ran the VAE encoder (272.7 GFLOP "
+                   "per image), which this figure does not count: it understates a step on stored latents",
+        citation="hpcaitech/Open-Sora, speed.md in its docs folder: 'The speeds are measured when training on a single node with 8 "
+                 "GPUs (H800-80GB) ... The batch size (BS) is the local batch size.' | DiT-XL/2 | 128 | 1.3 it/s",
+        family="dit",
+    ),
+    Anchor(
         name="DDIM: DDPM CIFAR-10 sampling, RTX 2080 Ti",
         step="sample", card="rtx2080ti", precision="fp32",
         network="DDPM CIFAR-10 UNet (35.7M; ours at the same widths: unet-35.75M@32x32x3), 32x32x3",
@@ -185,16 +220,20 @@ class Scaled:
     images_per_s: float
 
 
-def scaled_anchors(step: str, flops_per_image: float, device: str, precision: str) -> list[Scaled]:
+def scaled_anchors(step: str, flops_per_image: float, device: str, precision: str,
+                   family: str | None = None) -> list[Scaled]:
     """The anchors of ``step`` that apply to a step at ``precision`` on card ``device`` (a key of
     :data:`CARDS`), each carried to a network of ``flops_per_image`` (module docstring); slowest
-    first. Empty when none applies (no anchor of that kind, or all at a faster precision)."""
+    first. Empty when none applies (no anchor of that kind, or all at a faster precision).
+    ``family`` (``unet``, ``dit``): only the anchors of that network family (None: any)."""
     if device not in CARDS or flops_per_image <= 0:
         return []
     rank = PRECISION_ORDER.index(precision)
     out = []
     for a in ANCHORS:
         if a.step != step or PRECISION_ORDER.index(a.precision) > rank:
+            continue
+        if family is not None and a.family != family:
             continue
         peak = CARDS[device].peak.get(a.precision)
         if peak is None:

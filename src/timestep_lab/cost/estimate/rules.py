@@ -11,6 +11,9 @@ of its rule's kind (:data:`KINDS`); which runs a rule covers is the DAG's answer
   network evaluations (``evaluation.sample`` over the run's ``sample``; ``steps`` null means all
   T), then one feature pass per FID tool of the run's ``eval.tools``.
 * ``evaluate_progress``: the same per snapshot of the job's run with ``progress_num_samples``.
+* latent studies (``latent.vae``): the networks are counted on the VAE's latents (sd-vae-ft-ema:
+  32x32x4 at 256 px, :func:`flops.vae_cost`); ``encode_latents`` is one encoder pass per training
+  image (two with flips) and every sampled image adds one decoder pass.
 * ``train_features`` (trained extractors only): ``epochs`` passes over the training split,
   one forward + backward of the classifier per image (a CPU job: priced on ``--gpu cpu`` only).
 * ``reference_stats``: the training split (at most ``reference_max_images``) through every tool
@@ -39,12 +42,12 @@ import numpy as np
 from timestep_lab.components import build_diffusion
 from timestep_lab.config import RunConfig, config_from_dict
 from timestep_lab.cost.estimate.dag import Job
-from timestep_lab.cost.estimate.flops import NetworkCost, extractor_flops, network_cost
+from timestep_lab.cost.estimate.flops import NetworkCost, extractor_flops, network_cost, vae_cost
 from timestep_lab.cost.estimate.study import Plan
 from timestep_lab.metrics.features import FEATURE_NETS
 from timestep_lab.processes.solvers import make_solver
 from timestep_lab.studies.profile import profile_timesteps
-from timestep_lab.workflow import contribution_ranges, contribution_sample_count
+from timestep_lab.workflow import contribution_ranges, contribution_sample_count, is_latent
 from timestep_lab.workflow.runs import eval_sample, fid_sample_count
 
 __all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "KINDS"]
@@ -122,6 +125,9 @@ class _Counter:
         self.plan = plan
         self.res, self.ch = plan.image_shape()
         self.img_bytes = self.res * self.res * self.ch  # uint8 NHWC
+        # a latent study: its networks see the VAE's latents; the VAE encodes and decodes
+        self.vae = vae_cost(self.res) if is_latent(plan.study) else None
+        self.net_shape = self.vae.latent if self.vae else (self.res, self.ch)
         self.notes: set[str] = set()
         self._cfgs: dict[str, RunConfig] = {}
 
@@ -132,10 +138,10 @@ class _Counter:
 
     def net(self, rid: str) -> NetworkCost:
         config = self.plan.runs[rid]
-        if (config.get("model") or {}).get("name", "unet") != "unet":  # a pretrained diffusers folder
+        if (config.get("model") or {}).get("name", "unet") == "diffusers_unet2d":  # a pretrained diffusers folder
             config = {**config, "model": self.plan.study["base"].get("model", {})}
             self.notes.add("runs fine-tuning a pretrained folder are counted with base.model's network")
-        return network_cost(config, self.res, self.ch)
+        return network_cost(config, *self.net_shape)
 
     def steps(self, rid: str) -> int:
         """Network evaluations per sample: the scoring protocol (``evaluation.sample`` and its
@@ -157,7 +163,14 @@ class _Counter:
         cost.images_sampled += n
         cost.evaluations += n * steps
         cost.add(job, Work(net.key, net.forward, n * steps, "forward", step="sample"))
+        self.decode(cost, job, n)
         cost.disk_bytes += n * self.img_bytes if keep else 0
+
+    def decode(self, cost: RuleCost, job: str, n: int) -> None:
+        """A latent study's ``n`` generated latents through the VAE's decoder (once per sample)."""
+        if self.vae is not None:
+            cost.add(job, Work(f"sd-vae-decoder@{self.res}x{self.res}x3", self.vae.decoder, n, "forward",
+                               step="sample"))
 
     def features(self, cost: RuleCost, job: str, n: int, tools: int) -> None:
         name = self.plan.evaluation["extractor"]
@@ -184,6 +197,18 @@ def _run(job: Job) -> str:
 
 def _prepare_data(c: _Counter, cost: RuleCost, job: Job) -> None:
     cost.disk_bytes += c.plan.split_size(job.wildcards["split"]) * c.img_bytes
+
+
+def _encode_latents(c: _Counter, cost: RuleCost, job: Job) -> None:
+    """Every image of the split (and its flip when the runs flip) through the VAE's encoder, once;
+    disk: float16 mean and std per encoded image."""
+    flips = 2 if ((c.plan.study.get("base") or {}).get("data") or {}).get("hflip") else 1
+    n = c.plan.split_size(job.wildcards["split"]) * flips
+    cost.notes.append(f"sd-vae-ft-ema encoder, {c.vae.encoder / 1e9:.1f} GFLOP per image"
+                      + (" and per flip" if flips == 2 else ""))
+    cost.add(job.name, Work(f"sd-vae-encoder@{c.res}x{c.res}x3", c.vae.encoder, n, "forward", step="sample"))
+    lat, ch = c.vae.latent
+    cost.disk_bytes += n * 2 * lat * lat * ch * 2
 
 
 def _train(c: _Counter, cost: RuleCost, job: Job) -> None:
@@ -273,6 +298,7 @@ def _consistency(c: _Counter, cost: RuleCost, job: Job) -> None:
 #: gpu_resources in common.smk). A rule not here counts its jobs only (bookkeeping, reports).
 KINDS: dict[str, tuple[Callable[[_Counter, RuleCost, Job], None] | None, bool]] = {
     "prepare_data": (_prepare_data, False),
+    "encode_latents": (_encode_latents, True),
     "train": (_train, True),
     "train_features": (_train_features, False),
     "reference_stats": (_reference_stats, True),

@@ -140,7 +140,10 @@ def rate(model: str, flops_per_image: float, device: str, precision: str, work: 
             key = f"measured {row['model']} {row['device']} {row['precision']} {row['work']}"
             return Rate(s, "measured", s, s, ((key, f"measured {row['measured']}: {row['source']}", 1 / s),))
     step = step or ("train" if work == "train" else "sample")
-    anchors = scaled_anchors(step, flops_per_image, device, precision)
+    # a network's anchors are those of its family (model keys start with the model entry's name);
+    # the feature extractors' anchors apply to every study
+    family = None if step == "features" else ("dit" if model.startswith("dit-") else "unet")
+    anchors = scaled_anchors(step, flops_per_image, device, precision, family)
     carried = _measured_mfu(model, flops_per_image, device, precision, work, step)
     if carried:
         s, source = carried
