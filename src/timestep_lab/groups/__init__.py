@@ -16,9 +16,9 @@ __all__ = ["GROUPS", "StudyGroup", "REPORT_INPUT_KINDS", "NEEDS", "RUN_GPU_RULES
            "gpu_rules"]
 
 #: The rules every study runs per trained run or on its data that need a GPU on a cuda study: training,
-#: scoring and FID during training, the reference statistics and the floor (what the groups add is
-#: in their records)
-RUN_GPU_RULES = ("train", "sample_score", "evaluate_progress", "reference_stats", "floor")
+#: scoring and FID during training, the reference statistics, the floor and, on a latent study, the
+#: VAE encoding of its data (what the groups add is in their records)
+RUN_GPU_RULES = ("train", "sample_score", "evaluate_progress", "reference_stats", "floor", "encode_latents")
 
 
 def config_groups() -> tuple[str, ...]:
