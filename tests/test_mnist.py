@@ -265,7 +265,7 @@ def test_registries_schema_and_config_name_the_same_data_sets_and_extractors():
     runs = study_runs(plan.study)
     assert sum("sampler_comparison" in r.groups for r in runs.values()) == 20
     # every report and analysis of the default study, issue 28's too (the optimal denoiser's floor, the
-    # batch-size control, the contribution's final-step arm), and the flow group's six arms
+    # batch-size control, the contribution's final-step arm), and the flow group's twelve arms
     default = study_plan("config")
     reports = {j.name for j in plan.rule_jobs("report")}
     assert reports == {j.name for j in default.rule_jobs("report")} and "flow_matching" in reports
@@ -277,4 +277,5 @@ def test_registries_schema_and_config_name_the_same_data_sets_and_extractors():
     assert any(c.endswith("_quarter") for c in controls)
     ranges = contribution_ranges(plan.study)
     assert ranges == contribution_ranges(default.study) and "final" in ranges
-    assert sum("flow_matching" in r.groups for r in runs.values()) == 6 * 3
+    # the default study's six flow arms and issue 43's six (questions 6-9), at 3 seeds
+    assert sum("flow_matching" in r.groups for r in runs.values()) == 12 * 3
