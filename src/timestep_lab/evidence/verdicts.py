@@ -42,7 +42,7 @@ from timestep_lab.groups import baselines
 BETTER = -1
 
 __all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "select_arm", "compare_group", "study_comparisons",
-           "judge_claims", "interference_effect", "consistency_effect", "speedup_text", "regime"]
+           "judge_claims", "interference_effect", "consistency_effect", "speedup_text", "regime", "resolve_selector"]
 
 
 #: Per group: the baseline arm every other arm is compared with, and the column whose values are
@@ -164,7 +164,7 @@ def study_comparisons(metrics: pd.DataFrame, *, base: Mapping[str, Any] | None =
         if group not in baselines:
             continue
         selector, column = baselines[group]
-        selector = _resolve(selector, _in_group(metrics, group), base)
+        selector = resolve_selector(selector, _in_group(metrics, group), base)
         if column is None or column not in metrics:
             out[group] = compare_group(metrics, group, selector)
             continue
@@ -225,7 +225,7 @@ def consistency_effect(analysis: Mapping[str, Any] | None, space: str = "pixel",
             "paired_unpaired": {k: test.get(k) for k in ("diff", "ci_low", "ci_high", "p", "paired", "unpaired", "n")}}
 
 
-def _resolve(selector: Mapping[str, Any], df: pd.DataFrame, base: Mapping[str, Any] | None) -> dict[str, Any]:
+def resolve_selector(selector: Mapping[str, Any], df: pd.DataFrame, base: Mapping[str, Any] | None) -> dict[str, Any]:
     """``selector`` with its placeholders filled per column: ``"{base}"`` the study's own value of
     the column (``base``), ``"{smallest}"`` the smallest value the column takes in ``df``."""
     out = {}
@@ -339,8 +339,8 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
         if not len(final):
             rows.append(_measured(claim, None, test=None))
             continue
-        baseline = _resolve(claim.baseline, final, base)
-        arms = select_arm(final, _resolve(claim.arm, final, base))
+        baseline = resolve_selector(claim.baseline, final, base)
+        arms = select_arm(final, resolve_selector(claim.arm, final, base))
         key = (claim.group, repr(sorted(baseline.items())))
         if key not in cache:
             cache[key] = compare(metrics, claim.group, baseline)

@@ -36,8 +36,8 @@ from timestep_lab.config import BudgetConfig
 from timestep_lab.cost.estimate.study import Plan
 from timestep_lab.cost.estimate.table import Estimate
 from timestep_lab.evidence.sequential_sim import expected_cost
-from timestep_lab.evidence.verdicts import _resolve, select_arm
-from timestep_lab.workflow import arm_columns, arm_id, base_columns, study_runs
+from timestep_lab.evidence.verdicts import resolve_selector, select_arm
+from timestep_lab.workflow import arm_id, base_columns, run_table, study_runs
 
 __all__ = ["PER_RUN_RULES", "GROWING_RULES", "SCENARIOS", "SequentialCost", "claim_arms", "seed_costs",
            "sequential_cost", "format_sequential"]
@@ -88,12 +88,9 @@ class SequentialCost:
 def _run_table(plan: Plan) -> pd.DataFrame:
     """One row per run of a study group: ``run``, ``arm``, ``groups``, the axes and the arm columns
     (what claims select arms by, as in ``runs.csv``)."""
-    rows = []
-    for rid, run in study_runs(plan.study, plan.source).items():
-        if run.groups:
-            rows.append({"run": rid, "arm": arm_id(rid, run.axes.get("seed")), "groups": ";".join(run.groups),
-                         **run.axes, **arm_columns(run.config, run.init_from)})
-    return pd.DataFrame(rows)
+    table = run_table(study_runs(plan.study, plan.source))  # the rows collect writes to runs.csv
+    return pd.DataFrame([{"run": rid, "arm": arm_id(rid, info["axes"].get("seed")), "groups": ";".join(info["groups"]),
+                          **info["axes"], **info["columns"]} for rid, info in table.items() if info["groups"]])
 
 
 def claim_arms(plan: Plan, claims: Sequence[Claim] = CLAIMS) -> tuple[dict[str, tuple[str, str]], dict[str, str],
@@ -112,8 +109,8 @@ def claim_arms(plan: Plan, claims: Sequence[Claim] = CLAIMS) -> tuple[dict[str, 
         if not len(rows):
             left[c.id] = f"the study has no group {c.group}"
             continue
-        arm = select_arm(rows, _resolve(c.arm, rows, base))
-        baseline = select_arm(rows, _resolve(c.baseline, rows, base))
+        arm = select_arm(rows, resolve_selector(c.arm, rows, base))
+        baseline = select_arm(rows, resolve_selector(c.baseline, rows, base))
         if len(arm) == 1 and len(baseline) == 1 and arm != baseline:
             found[c.id] = (arm[0], baseline[0])
         else:
@@ -164,15 +161,15 @@ def sequential_cost(plan: Plan, est: Estimate, budget: BudgetConfig, claims: Seq
     extend = {a: (budget.max_length - 1.0) * grow_h[a] for k in longer for a in found[k]}
     claim_arm_lists = {k: list(v) for k, v in found.items()}
     costs = {**{a: seed_h[a] for a in arms}, "baseline": 0.0}  # every claim lists its own baseline arm
-    expected, resolved, worst = {}, {}, fixed
-    for effect in SCENARIOS:
-        if not found:
-            break
+    expected, resolved = {}, {}
+    for effect in (SCENARIOS if found else ()):
         out = expected_cost(claim_arm_lists, {k: effect for k in found}, costs, extend_cost=extend, longer=longer,
                             n_start=budget.initial_seeds, step=budget.step_seeds, n_max=budget.max_seeds,
                             studies=studies, prior_sd=budget.prior_sd, rng=np.random.default_rng(seed),
                             test=_TESTS[budget.calibration])
-        expected[effect], resolved[effect], worst = fixed + out["expected"], out["p_resolved"], fixed + out["worst"]
+        expected[effect], resolved[effect] = fixed + out["expected"], out["p_resolved"]
+    # whatever the data: every claim arm at max_seeds, the growing ones at max_length
+    worst = fixed + budget.max_seeds * sum(seed_h[a] + extend.get(a, 0.0) for a in arms)
     first = fixed + budget.initial_seeds * sum(seed_h[a] for a in arms)
     unit = "CPU-core-hours" if est.device == "cpu" else f"GPU-hours ({est.device})"
     return SequentialCost(budget, est.device, unit, fixed, first, expected, resolved, worst, est.gpu_hours, found, left, longer)
