@@ -100,6 +100,11 @@ def test_verdicts_cover_every_claim_and_the_index_shows_them(study):
     assert [c["id"] for c in claims] == [c.id for c in CLAIMS]
     assert all(c["verdict"] in VERDICTS for c in claims)
     by_id = {c["id"]: c for c in claims}
+    # the verdicts job read the comparisons collect computed once (comparisons.json), and computed none
+    stored = json.loads((res / "comparisons.json").read_text())
+    assert stored["format"] == "timestep_lab.comparisons/1" and stored["study"] == "smoke"
+    assert {c["test"].split(":")[0] for c in claims if c.get("test") and c["kind"] == "fid"} == \
+        {key.split(" ")[0] for key in stored["comparisons"]}
     # two paired seeds in the smoke sampler comparison: a difference with an interval
     speed = by_id["speed_faster"]
     assert speed["n"] == 2 and speed["ci_low"] <= speed["diff"] <= speed["ci_high"]

@@ -399,7 +399,8 @@ def verdict_analyses():
 
 def verdict_inputs(wildcards):
     floor = {"floor": FLOOR} if floor_input() else {}
-    return {"metrics": f"{RES}/metrics.csv", "runs": f"{RES}/runs.csv", **verdict_analyses(), **floor}
+    return {"metrics": f"{RES}/metrics.csv", "runs": f"{RES}/runs.csv", "comparisons": f"{RES}/comparisons.json",
+            **verdict_analyses(), **floor}
 
 
 def report_needed(entry):
@@ -412,8 +413,8 @@ def report_needed(entry):
 
 def verdicts_args(wildcards, input):
     """The verdicts command's options, as a list of words for ``{params.args:q}`` (each quoted on its own)."""
-    flags = {"metrics": "metrics-csv", "runs": "runs", "interference": "interference", "consistency": "consistency",
-             "floor": "floor"}
+    flags = {"metrics": "metrics-csv", "runs": "runs", "comparisons": "comparisons", "interference": "interference",
+             "consistency": "consistency", "floor": "floor"}
     parts = [f"--{flag}={input[key]}" for key, flag in flags.items() if key in input.keys()]
     # the study's own column values, what a baseline's "{base}" stands for (timestep_lab.workflow.base_columns)
     parts.append(f"--base={json.dumps(W.base_columns(config), sort_keys=True)}")

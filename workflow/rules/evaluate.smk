@@ -164,6 +164,8 @@ rule collect:
         metrics=f"{RES}/metrics.csv",
         runs=f"{RES}/runs.csv",
         summary=f"{RES}/summary.json",
+        # every comparison the claims read, computed here once; the verdicts job reads them
+        comparisons=f"{RES}/comparisons.json",
     params:
         # the study as validated here: collect rebuilds its run table (timestep_lab.workflow.run_table)
         study=json.dumps(config),  # key order kept: run ids slug overrides in their order
@@ -177,4 +179,5 @@ rule collect:
         "../../envs/conda.yaml"
     shell:
         "python -m timestep_lab collect --study={params.study:q} --results={params.res:q} {params.floor:q}"
-        " --metrics={output.metrics:q} --runs={output.runs:q} --summary={output.summary:q} > {log:q} 2>&1"
+        " --metrics={output.metrics:q} --runs={output.runs:q} --summary={output.summary:q}"
+        " --comparisons={output.comparisons:q} > {log:q} 2>&1"

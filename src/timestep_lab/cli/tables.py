@@ -31,6 +31,9 @@ def _collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", type=Path, required=True, help="metrics.csv to write")
     p.add_argument("--runs", type=Path, required=True, help="runs.csv to write")
     p.add_argument("--summary", type=Path, required=True, help="summary.json to write")
+    p.add_argument("--comparisons", type=Path, default=None,
+                   help="comparisons.json to write: every paired comparison the claims read, which the verdicts "
+                        "command then reads instead of computing (timestep_lab.evidence.comparisons)")
 
 
 @command("collect", "every run's metrics, progress and training log -> metrics.csv, runs.csv, summary.json",
@@ -54,7 +57,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
         raise ConfigError(f"--study: not a study config as the workflow validates it ({type(exc).__name__}: "
                           f"{str(exc)[:120]})") from None
     collect(run_table(runs), str(args.results), str(args.metrics), str(args.runs), str(args.summary),
-            floor_json=str(args.floor) if args.floor else None, base=base)
+            floor_json=str(args.floor) if args.floor else None, base=base,
+            comparisons_json=str(args.comparisons) if args.comparisons else None, study=args.study["study"])
     log.info("collect: %d runs -> %s", len(runs), args.metrics)
     return 0
 
@@ -65,6 +69,9 @@ def _verdicts_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interference", type=Path, default=None, help="analyses/interference_control.json, when run")
     p.add_argument("--consistency", type=Path, default=None, help="analyses/consistency.json, when run")
     p.add_argument("--floor", type=Path, default=None, help="eval/floor.json, when the study has a held-out split")
+    p.add_argument("--comparisons", type=Path, default=None,
+                   help="the collect job's comparisons.json: the claims read their comparisons from it (without it "
+                        "they are computed from --metrics-csv, to the same numbers)")
     p.add_argument("--base", type=json_object, default=None,
                    help="the study's own column values as a JSON object (what a baseline's \"{base}\" stands for: "
                         "batch_size, channels, total_kimg, ...; timestep_lab.workflow.base_columns)")
@@ -93,13 +100,13 @@ def cmd_verdicts(args: argparse.Namespace) -> int:
     """Both verdicts per claim (docs/methods.md §9.3), Holm across the scorecard, -> verdicts.json."""
     from timestep_lab.workflow.collect import write_verdicts  # pandas: only when the command runs
 
-    for opt in ("metrics_csv", "runs", "interference", "consistency", "floor"):
+    for opt in ("metrics_csv", "runs", "interference", "consistency", "floor", "comparisons"):
         path = getattr(args, opt)
         if path is not None and not path.is_file():
             raise ArtifactError(f"{path}: --{opt.replace('_', '-')} file not found")
     _check_metrics(args.metrics_csv)
     optional = {k: str(getattr(args, k)) if getattr(args, k) is not None else None
-                for k in ("interference", "consistency", "floor")}
+                for k in ("interference", "consistency", "floor", "comparisons")}
     write_verdicts(str(args.metrics_csv), str(args.out), runs_csv=str(args.runs) if args.runs else None,
                    base=args.base, study=args.study, **optional)
     log.info("verdicts -> %s", args.out)

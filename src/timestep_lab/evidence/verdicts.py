@@ -42,7 +42,7 @@ from timestep_lab.groups import baselines
 BETTER = -1
 
 __all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "select_arm", "compare_group", "study_comparisons",
-           "judge_claims", "interference_effect", "consistency_effect", "speedup_text", "regime", "resolve_selector"]
+           "judge_claims", "claim_baseline", "interference_effect", "consistency_effect", "speedup_text", "regime", "resolve_selector"]
 
 
 #: Per group: the baseline arm every other arm is compared with, and the column whose values are
@@ -311,6 +311,20 @@ def _measured(claim: Claim, effect: Mapping[str, Any] | None, **extra: Any) -> d
     return row
 
 
+def claim_baseline(claim: Claim, metrics: pd.DataFrame, base: Mapping[str, Any] | None = None
+                   ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
+    """The final-FID rows of a FID ``claim``'s group (headline tool) and its baseline selector with
+    ``"{base}"`` resolved; None for an analysis claim or a group without rows. The one place both
+    :func:`judge_claims` and ``collect`` (:func:`timestep_lab.evidence.comparisons.claim_comparisons`)
+    resolve it, so the comparison one stores is the one the other reads."""
+    if claim.kind == "analysis":
+        return None
+    final = _in_group(_fid(metrics, "final"), claim.group) if len(metrics) else metrics
+    if not len(final):
+        return None
+    return final, resolve_selector(claim.baseline, final, base)
+
+
 def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]] | None = None, *,
                  base: Mapping[str, Any] | None = None, claims: Sequence[Claim] = CLAIMS,
                  compare: Callable[..., dict[str, Any]] = compare_group,
@@ -335,11 +349,11 @@ def judge_claims(metrics: pd.DataFrame, analyses: Mapping[str, Mapping[str, Any]
             effect = analyses.get(claim.analysis)
             rows.append(_measured(claim, effect, test=f"analysis:{claim.analysis}" if effect else None))
             continue
-        final = _in_group(_fid(metrics, "final"), claim.group) if len(metrics) else metrics
-        if not len(final):
+        found = claim_baseline(claim, metrics, base)
+        if found is None:
             rows.append(_measured(claim, None, test=None))
             continue
-        baseline = resolve_selector(claim.baseline, final, base)
+        final, baseline = found
         arms = select_arm(final, resolve_selector(claim.arm, final, base))
         key = (claim.group, repr(sorted(baseline.items())))
         if key not in cache:

@@ -6,8 +6,9 @@ protocol, the code identity that computed it and the run's ``arm`` = its id with
 ``runs.csv`` (with the code identities that trained and scored each run) and ``summary.json``
 (DVC metrics: final FID per group variant over seeds, and per group the paired comparisons of
 every arm with the group's baseline: difference, 95% interval, Holm-adjusted p, verdict,
-detectable effect, censored speed-up; docs/methods.md §9; and the study's FID floor).
-:func:`write_verdicts` turns the table, the analyses' outputs and the floor into ``verdicts.json``:
+detectable effect, censored speed-up; docs/methods.md §9; and the study's FID floor), and
+``comparisons.json`` (every comparison the claims read, computed here once: :mod:`timestep_lab.evidence.comparisons`).
+:func:`write_verdicts` turns the table, the stored comparisons, the analyses' outputs and the floor into ``verdicts.json``:
 per claim its record and both verdicts, Holm across the scorecard (docs/design.md#verdicts-json).
 
 Needs pandas: imported by the ``collect`` and ``verdicts`` commands only, never at DAG build.
@@ -26,17 +27,20 @@ import pandas as pd
 from timestep_lab.artifacts.floor import headline_tool
 from timestep_lab.artifacts.identity import describe, distinct, identity_key
 from timestep_lab.artifacts.io import atomic_path, atomic_write_json, read_json
+from timestep_lab.evidence.comparisons import claim_comparisons
 from timestep_lab.evidence.family import RULES
 from timestep_lab.evidence.stats import json_safe
 from timestep_lab.evidence.verdicts import (
+    compare_group,
     consistency_effect,
     interference_effect,
     judge_claims,
     study_comparisons,
 )
+from timestep_lab.workflow.comparisons_file import read_comparisons, stored_compare, write_comparisons
 from timestep_lab.workflow.runs import arm_id
 
-__all__ = ["collect", "summarize", "write_verdicts", "load_tables", "code_summary", "VERDICTS_FORMAT"]
+__all__ = ["collect", "summarize", "write_verdicts", "write_claim_comparisons", "load_tables", "code_summary", "VERDICTS_FORMAT"]
 
 
 def _median_step_time(log_records: list[dict]) -> float | None:
@@ -48,14 +52,14 @@ def _median_step_time(log_records: list[dict]) -> float | None:
 
 def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv: str, runs_csv: str,
             summary_json: str, floor_json: str | Sequence[str] | None = None,
-            base: Mapping[str, Any] | None = None) -> None:
+            base: Mapping[str, Any] | None = None, comparisons_json: str | None = None, study: str = "") -> None:
     """Gather every run's ``metrics.json``, ``fid_progress.json`` and ``train_log.jsonl`` into one
     tidy metrics table (one row per run x stage x images seen x metric x tool), a run table, and
     a small JSON summary (DVC metrics: final FID per group variant, mean over seeds; ``floor``: the
     study's ``eval/floor.json`` as it is, when the study has a held-out split; ``floor_json`` may be
-    a path or a list of at most one, as a rule's optional input is); ``code``: the code identities that trained and scored the
-    runs (:func:`code_summary`). ``base``: the study's own column values
-    (:func:`timestep_lab.workflow.runs.base_columns`), what the comparisons' baselines name."""
+    a path or a list of at most one, as a rule's optional input is); ``code``: the code identities that trained and
+    scored the runs (:func:`code_summary`). ``base``: the study's own column values (:func:`timestep_lab.workflow.runs.
+    base_columns`), what baselines name. ``comparisons_json``: the claims' comparisons (:func:`write_claim_comparisons`)."""
     rows, run_rows, codes = [], [], {}
     root = Path(results_dir) / "runs"
     for rid, info in runs.items():
@@ -98,6 +102,13 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
     for df, path in ((metrics, metrics_csv), (table, runs_csv)):
         with atomic_path(path, suffix=".csv") as tmp:
             df.to_csv(tmp, index=False)
+    _write_summary(summary_json, metrics, table, base, floor_json, codes)
+    if comparisons_json:
+        write_claim_comparisons(comparisons_json, metrics_csv, runs_csv, base=base, study=study)
+
+
+def _write_summary(summary_json: str, metrics: pd.DataFrame, table: pd.DataFrame, base: Mapping[str, Any] | None,
+                   floor_json: str | Sequence[str] | None, codes: Mapping[str, list]) -> None:
     summary = summarize(metrics, table, base=base)
     if floor_json is not None and not isinstance(floor_json, (str, Path)):
         floor_json = next(iter(floor_json), None)
@@ -105,6 +116,15 @@ def collect(runs: Mapping[str, Mapping[str, Any]], results_dir: str, metrics_csv
         summary["floor"] = read_json(floor_json)
     summary["code"] = code_summary(codes)
     atomic_write_json(summary_json, summary)
+
+
+def write_claim_comparisons(out_json: str, metrics_csv: str, runs_csv: str, *, base: Mapping[str, Any] | None = None,
+                            study: str = "") -> None:
+    """``comparisons.json``: every comparison the claims read
+    (:func:`timestep_lab.evidence.comparisons.claim_comparisons`), computed once from ``metrics_csv`` read
+    back as the ``verdicts`` job reads it (:func:`load_tables`), so that job computes none and its
+    verdicts equal those it would compute to the last bit."""
+    write_comparisons(out_json, claim_comparisons(load_tables(metrics_csv, runs_csv), base=base), study=study)
 
 
 def code_summary(codes: Mapping[str, list]) -> dict[str, Any]:
@@ -208,11 +228,13 @@ VERDICTS_FORMAT = "timestep_lab.verdicts/2"
 
 def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = None, interference: str | None = None,
                    consistency: str | None = None, base: Mapping[str, Any] | None = None, study: str = "",
-                   floor: str | None = None) -> dict[str, Any]:
+                   floor: str | None = None, comparisons: str | None = None) -> dict[str, Any]:
     """``verdicts.json`` (format :data:`VERDICTS_FORMAT`, docs/design.md#verdicts-json):
     :func:`timestep_lab.evidence.verdicts.judge_claims` over the collected metrics, the analyses' outputs
     (``interference_control.json``, ``consistency.json``; absent -> "not run") and the study's
-    ``floor.json`` (absent: no floor in the regime)."""
+    ``floor.json`` (absent: no floor in the regime). ``comparisons``: collect's ``comparisons.json``,
+    whose comparisons the claims read instead of computing them (the workflow's way); None computes
+    them from the table."""
     metrics = load_tables(metrics_csv, runs_csv)
     analyses = {}
     if interference and Path(interference).exists():
@@ -220,7 +242,8 @@ def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = No
     if consistency and Path(consistency).exists():
         analyses["consistency"] = consistency_effect(read_json(consistency))
     floor_data = read_json(floor) if floor and Path(floor).exists() else None
-    judged = judge_claims(metrics, analyses, base=base, floor=floor_data)
+    compare = stored_compare(read_comparisons(comparisons), comparisons) if comparisons else compare_group
+    judged = judge_claims(metrics, analyses, base=base, floor=floor_data, compare=compare)
     result = json_safe({
         "format": VERDICTS_FORMAT,
         "study": study,
