@@ -27,12 +27,14 @@ from timestep_lab.artifacts.floor import headline_tool
 from timestep_lab.artifacts.identity import describe, distinct, identity_key
 from timestep_lab.artifacts.io import atomic_path, atomic_write_json, read_json
 from timestep_lab.evidence.family import RULES
+from timestep_lab.evidence.sequential_family import judge_sequentially
 from timestep_lab.evidence.stats import json_safe
 from timestep_lab.evidence.verdicts import (
     consistency_effect,
     interference_effect,
     judge_claims,
     study_comparisons,
+    study_final_fids,
 )
 from timestep_lab.workflow.runs import arm_id
 
@@ -208,11 +210,13 @@ VERDICTS_FORMAT = "timestep_lab.verdicts/2"
 
 def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = None, interference: str | None = None,
                    consistency: str | None = None, base: Mapping[str, Any] | None = None, study: str = "",
-                   floor: str | None = None) -> dict[str, Any]:
+                   floor: str | None = None, sequential: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``verdicts.json`` (format :data:`VERDICTS_FORMAT`, docs/design.md#verdicts-json):
     :func:`timestep_lab.evidence.verdicts.judge_claims` over the collected metrics, the analyses' outputs
     (``interference_control.json``, ``consistency.json``; absent -> "not run") and the study's
-    ``floor.json`` (absent: no floor in the regime)."""
+    ``floor.json`` (absent: no floor in the regime). ``sequential`` (a budgeted study:
+    ``{"prior_sd", "horizon"}``): the claims on final FID judged by the anytime-valid test instead
+    (:func:`timestep_lab.evidence.sequential_family.judge_sequentially`, docs/methods.md §14.1)."""
     metrics = load_tables(metrics_csv, runs_csv)
     analyses = {}
     if interference and Path(interference).exists():
@@ -221,6 +225,9 @@ def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = No
         analyses["consistency"] = consistency_effect(read_json(consistency))
     floor_data = read_json(floor) if floor and Path(floor).exists() else None
     judged = judge_claims(metrics, analyses, base=base, floor=floor_data)
+    if sequential is not None:
+        judged = judge_sequentially(judged, study_final_fids(metrics), prior_sd=float(sequential["prior_sd"]),
+                                    horizon=sequential.get("horizon"))
     result = json_safe({
         "format": VERDICTS_FORMAT,
         "study": study,

@@ -25,7 +25,7 @@ Pure: a :class:`~timestep_lab.cost.estimate.study.Plan` and its priced
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -61,7 +61,9 @@ class SequentialCost:
     in run SDs) -> mean cost; ``resolved``: scenario -> mean share of claims resolved; ``worst``: every
     claim arm at ``max_seeds`` and every growing arm ``max_length`` times as long; ``fixed_design``:
     the estimate's total; ``claims``: claim id -> (arm, baseline arm) priced; ``left_out``: claim id ->
-    why it is not priced (its arms are not in the study, or not one arm each)."""
+    why it is not priced (its arms are not in the study, or not one arm each); ``seed_cost``: claim arm ->
+    one more seed of it, ``extend_cost``: growing arm -> one seed of it trained to ``max_length``
+    (what the workflow's stage planner prices a stage with, docs/methods.md §14.5)."""
 
     budget: BudgetConfig
     device: str
@@ -75,6 +77,8 @@ class SequentialCost:
     claims: dict[str, tuple[str, str]]
     left_out: dict[str, str]
     longer: tuple[str, ...]
+    seed_cost: dict[str, float] = field(default_factory=dict)
+    extend_cost: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"device": self.device, "unit": self.unit, "fixed": self.fixed, "first_look": self.first_look,
@@ -82,6 +86,7 @@ class SequentialCost:
                 "resolved": {f"{k:g}": v for k, v in self.resolved.items()}, "worst": self.worst,
                 "fixed_design": self.fixed_design, "claims": {k: list(v) for k, v in self.claims.items()},
                 "left_out": dict(self.left_out), "longer": list(self.longer),
+                "seed_cost": dict(self.seed_cost), "extend_cost": dict(self.extend_cost),
                 "assumes": assumptions(self.budget)}
 
 
@@ -172,7 +177,8 @@ def sequential_cost(plan: Plan, est: Estimate, budget: BudgetConfig, claims: Seq
     worst = fixed + budget.max_seeds * sum(seed_h[a] + extend.get(a, 0.0) for a in arms)
     first = fixed + budget.initial_seeds * sum(seed_h[a] for a in arms)
     unit = "CPU-core-hours" if est.device == "cpu" else f"GPU-hours ({est.device})"
-    return SequentialCost(budget, est.device, unit, fixed, first, expected, resolved, worst, est.gpu_hours, found, left, longer)
+    return SequentialCost(budget, est.device, unit, fixed, first, expected, resolved, worst, est.gpu_hours, found, left,
+                          longer, {a: seed_h[a] for a in arms}, extend)
 
 
 def _h(x: float) -> str:
