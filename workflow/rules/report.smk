@@ -72,6 +72,7 @@ rule index:
         slots=f"{RES}/analyses/slots.json",
         estimate=f"{RES}/estimate.json",
         template="reports/index.html.j2",
+        stages=index_stage_plans,  # a budgeted study's plans (workflow/rules/stages.smk); none without budget
     output:
         f"{REPORTS}/index.html",
     params:

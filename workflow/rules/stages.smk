@@ -1,0 +1,171 @@
+# A budgeted study's stages (docs/methods.md §14.5), included only with a `budget:` block (the
+# fixed design's DAG has none of these rules). Stage k's runs are stage 0's (RUNS) plus those the
+# plans added; each stage is collected and judged sequentially under results/<study>/stages/<k>/;
+# the checkpoint plan_stage reads stage k's verdicts and writes stage k+1's plan; the study's own
+# metrics.csv, runs.csv, summary.json and verdicts.json are the last stage's, so every report
+# and the index read the whole study. A run keeps its id and folder whichever stage trains it:
+# a finished run is never redone. At most budget.max_stages stages: the plan after the last stops.
+
+STAGES = f"{RES}/stages"
+UNIVERSE_STUDY = json.dumps(WS.staged_study(config, BUDGET.max_seeds))  # collect's run table: every run a stage may add
+SEQUENTIAL = json.dumps({"prior_sd": BUDGET.prior_sd,
+                         "horizon": BUDGET.max_seeds if BUDGET.calibration == "skew_envelope" else None})
+
+
+wildcard_constraints:
+    k="[0-9]+",
+
+
+def stage_plan(k):
+    """The plan of stage k (k >= 1): the checkpoint's output after stage k - 1 (Snakemake re-plans
+    the DAG once it exists)."""
+    return WS.read_plan(checkpoints.plan_stage.get(k=k - 1).output[0])
+
+
+def stage_added(k):
+    """The runs stages 1..k added (run ids of ALL_RUNS, in the order added)."""
+    return list(stage_plan(k).runs) if k > 0 else []
+
+
+def last_stage():
+    """The stage whose plan stops the study (every plan up to it exists: each get() waits on it)."""
+    k = 0
+    while WS.read_plan(checkpoints.plan_stage.get(k=k).output[0]).stop is None:
+        k += 1
+    return k
+
+
+def stage_collect_inputs(wildcards):
+    k = int(wildcards.k)
+    added = [r for r in stage_added(k) if r not in RUNS]
+    runs = evaluated_runs() + added
+    prog = progress_runs() + [r for r in added if ALL_RUNS[r].progress]
+    return {"metrics": expand(f"{RES}/runs/{{run}}/metrics.json", run=runs),
+            "progress": expand(f"{RES}/runs/{{run}}/fid_progress.json", run=prog),
+            "logs": expand(f"{RES}/runs/{{run}}/train_log.jsonl", run=[r for r in runs if r in trained_runs()]),
+            "floor": floor_input()}
+
+
+def stage_only(wildcards):
+    """collect's --only: the runs of stage 0's run table and those the plans added."""
+    return ",".join(list(RUNS) + [r for r in stage_added(int(wildcards.k)) if r not in RUNS])
+
+
+def stage_verdict_inputs(wildcards):
+    floor = {"floor": FLOOR} if floor_input() else {}
+    return {"metrics": f"{STAGES}/{wildcards.k}/metrics.csv", "runs": f"{STAGES}/{wildcards.k}/runs.csv",
+            **verdict_analyses(), **floor}
+
+
+def final_stage_files(names):
+    """The last stage's files ``names`` (each copied under the same name into results/<study>/)."""
+    return lambda wildcards: [f"{STAGES}/{last_stage()}/{n}" for n in names]
+
+
+def stage_plan_files(wildcards=None):
+    """Every plan written, stage 1's to the one that stopped the study (the index reads them)."""
+    return [f"{STAGES}/{k}/next.json" for k in range(last_stage() + 1)]
+
+
+ruleorder: adopt_collect > collect
+ruleorder: adopt_verdicts > verdicts
+
+
+localrules:
+    collect_stage,
+    verdicts_stage,
+    plan_stage,
+    adopt_collect,
+    adopt_verdicts,
+
+
+rule collect_stage:
+    """Stage k's tables: collect over stage k's runs only (its estimand: the seeds judged at that look)."""
+    input:
+        unpack(stage_collect_inputs),
+    output:
+        metrics=f"{STAGES}/{{k}}/metrics.csv",
+        runs=f"{STAGES}/{{k}}/runs.csv",
+        summary=f"{STAGES}/{{k}}/summary.json",
+    params:
+        study=UNIVERSE_STUDY,
+        res=RES,
+        only=stage_only,
+        floor=lambda wc, input: W.opt("--floor", input.floor[0] if input.floor else None),
+    log:
+        f"{LOGS}/collect_stage/{{k}}.log",
+    benchmark:
+        f"{BENCH}/collect_stage/{{k}}.tsv",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab collect --study={params.study:q} --results={params.res:q} {params.floor:q}"
+        " --only={params.only:q} --metrics={output.metrics:q} --runs={output.runs:q} --summary={output.summary:q}"
+        " > {log:q} 2>&1"
+
+
+rule verdicts_stage:
+    """Stage k's verdicts, judged sequentially (anytime-valid p-values and confidence sequences, §14.1)."""
+    input:
+        unpack(stage_verdict_inputs),
+    output:
+        f"{STAGES}/{{k}}/verdicts.json",
+    params:
+        arithmetic=ARITHMETIC,
+        args=lambda wc, input: [*verdicts_args(wc, input), f"--sequential={SEQUENTIAL}"],
+    log:
+        f"{LOGS}/verdicts_stage/{{k}}.log",
+    benchmark:
+        f"{BENCH}/verdicts_stage/{{k}}.tsv",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab verdicts {params.args:q} --out={output:q} > {log:q} 2>&1"
+
+
+checkpoint plan_stage:
+    """After stage k: stage k+1's plan (the runs it adds, or why the study stops), §14.3."""
+    input:
+        verdicts=f"{STAGES}/{{k}}/verdicts.json",
+        estimate=f"{RES}/estimate.json",
+        previous=lambda wc: [f"{STAGES}/{int(wc.k) - 1}/next.json"] if int(wc.k) > 0 else [],
+    output:
+        f"{STAGES}/{{k}}/next.json",
+    params:
+        study=json.dumps(config),
+        previous=lambda wc, input: W.opt("--previous", input.previous[0] if input.previous else None),
+    log:
+        f"{LOGS}/plan_stage/{{k}}.log",
+    benchmark:
+        f"{BENCH}/plan_stage/{{k}}.tsv",
+    conda:
+        "../../envs/conda.yaml"
+    shell:
+        "python -m timestep_lab plan-stage --study={params.study:q} --verdicts={input.verdicts:q}"
+        " --estimate={input.estimate:q} {params.previous:q} --stage={wildcards.k:q} --out={output:q} > {log:q} 2>&1"
+
+
+rule adopt_collect:
+    """The study's tables are its last stage's."""
+    input:
+        final_stage_files(["metrics.csv", "runs.csv", "summary.json"]),
+    output:
+        metrics=f"{RES}/metrics.csv",
+        runs=f"{RES}/runs.csv",
+        summary=f"{RES}/summary.json",
+    params:
+        res=RES,
+    shell:
+        "cp {input:q} {params.res:q}/"
+
+
+rule adopt_verdicts:
+    """The study's verdicts are its last stage's (judged sequentially)."""
+    input:
+        final_stage_files(["verdicts.json"]),
+    output:
+        f"{RES}/verdicts.json",
+    params:
+        res=RES,
+    shell:
+        "cp {input:q} {params.res:q}/"
