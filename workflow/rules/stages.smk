@@ -155,8 +155,12 @@ rule adopt_collect:
         summary=f"{RES}/summary.json",
     params:
         res=RES,
+    log:
+        f"{LOGS}/adopt_collect/adopt_collect.log",
+    benchmark:
+        f"{BENCH}/adopt_collect/adopt_collect.tsv",
     shell:
-        "cp {input:q} {params.res:q}/"
+        "cp {input:q} {params.res:q}/ > {log:q} 2>&1"
 
 
 rule adopt_verdicts:
@@ -167,5 +171,9 @@ rule adopt_verdicts:
         f"{RES}/verdicts.json",
     params:
         res=RES,
+    log:
+        f"{LOGS}/adopt_verdicts/adopt_verdicts.log",
+    benchmark:
+        f"{BENCH}/adopt_verdicts/adopt_verdicts.tsv",
     shell:
-        "cp {input:q} {params.res:q}/"
+        "cp {input:q} {params.res:q}/ > {log:q} 2>&1"
