@@ -167,3 +167,23 @@ def test_the_index_says_what_was_spent_what_each_open_claim_needs_and_why_it_sto
     assert "Still open: c (inconclusive) would need 5 paired seeds, 0.75 CPU-core-hours more (needs 0.75 more" in text
     assert "done" not in text.split("Still open")[-1] and stage_lines([], verdicts) == []
     assert math.isclose(sum(p2.spent), 1.5)
+
+
+def test_the_estimate_prices_a_budgeted_study_on_stage_zeros_run_table():
+    """The estimate's DAG of a study with budget: is stage 0's (staged groups at initial_seeds): its
+    claim arms' seed counts, which split the once-paid part from the seeds, are that table's."""
+    from types import SimpleNamespace
+
+    import yaml
+    from worktree import ROOT
+
+    from timestep_lab.cost.estimate.sequential import _run_table
+
+    study = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    budget = BudgetConfig(amount=1.0, initial_seeds=3, max_seeds=5)
+    seeds = lambda t, arm: sorted(t.loc[t["arm"] == arm, "seed"])  # noqa: E731
+    fixed = _run_table(SimpleNamespace(study=study, source="smoke"), budget)  # no budget: block, the fixed DAG
+    staged = _run_table(SimpleNamespace(study={**study, "budget": {"amount": 1.0}}, source="smoke"), budget)
+    assert seeds(fixed, "uniform_none_mixed_b64_linear") == [0] and seeds(staged, "uniform_none_mixed_b64_linear") == [0, 1, 2]
+    assert seeds(staged, "speed_speed_eps_b64_linear") == [0, 1, 2]  # listed [0, 1], then the next
+    assert len(staged[staged["groups"] == "consistency"]) == len(fixed[fixed["groups"] == "consistency"])  # not staged

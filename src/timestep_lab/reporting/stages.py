@@ -42,7 +42,7 @@ def stage_lines(plans: Sequence[StagePlan], verdicts: Mapping[str, Any]) -> list
     last = plans[-1]
     fam = (verdicts.get("family") or {}).get("sequential") or {}
     lines = [f"Sequential design (docs/methods.md §14): the verdicts on final FID are the safe t-test's anytime-valid "
-             f"p-values (referred to the {fam.get('reference', 'skew envelope')}) and confidence sequences, "
+             f"p-values (referred to {fam.get('reference', 'the skew envelope')}) and confidence sequences, "
              f"Holm-adjusted across the family, valid although the card was looked at after each of its "
              f"{len(plans)} stage(s); the fixed design's numbers are kept in verdicts.json under fixed_design."]
     spent = list(last.spent)
