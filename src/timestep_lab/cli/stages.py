@@ -53,6 +53,8 @@ def cmd_plan_stage(args: argparse.Namespace) -> int:
     try:
         universe = study_runs(staged_study(args.study, budget.max_seeds), source)
         first = study_runs(staged_study(args.study, budget.initial_seeds, budget.max_seeds), source)
+    except ConfigError:
+        raise
     except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a hand-made one the schema never saw
         raise ConfigError(f"--study: not a study config as the workflow validates it ({type(exc).__name__}: "
                           f"{str(exc)[:120]})") from None
