@@ -31,6 +31,7 @@ include: "workflow/rules/warmstart.smk"
 
 if BUDGET is not None:  # a budgeted study runs in stages (docs/methods.md §14.5)
 
+    include: "workflow/rules/stage_functions.smk"
     include: "workflow/rules/stages.smk"
 
 
