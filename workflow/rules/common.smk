@@ -63,12 +63,8 @@ BENCH = f"{RES}/benchmarks"  # one Snakemake benchmark file per rule and job (be
 
 try:
     PREPARED = W.prepared_base(config["data"])  # data.prepared; never the file-system root
-    # a budgeted study (docs/methods.md §14.5): RUNS is stage 0's run table (its staged groups at
-    # budget.initial_seeds), ALL_RUNS every run a later stage may add (max_seeds), each with the id
-    # and folder it has whichever stage trains it; without budget: both the configured run table
-    RUNS = W.study_runs(config if BUDGET is None else WS.staged_study(config, BUDGET.initial_seeds, BUDGET.max_seeds),
-                        source=CONFIG_SOURCE)
-    ALL_RUNS = RUNS if BUDGET is None else W.study_runs(WS.staged_study(config, BUDGET.max_seeds), source=CONFIG_SOURCE)
+    # with budget: stage 0's runs, and ALL_RUNS every run a later stage may add (docs/methods.md §14.5)
+    RUNS, ALL_RUNS = WS.run_tables(config, BUDGET, CONFIG_SOURCE)
     W.check_analysis_needs(config, RUNS, CONFIG_SOURCE)  # a study missing a group fails now, not after its training
     CONTRIB_RANGES = W.contribution_ranges(config)  # the contribution arms: label -> replaced t range
     if workflow.is_main_process:  # jobs re-read this file; their runs were checked when the DAG was built
@@ -435,8 +431,3 @@ def index_args(wildcards, input):
             *(["--scales", *scales] if scales else []),
             f"--reproducibility={ARITHMETIC}",  # the level asked for, beside the records' own
             *(["--stages", *input.stages] if input.get("stages") else [])]  # a budgeted study's plans
-
-
-def index_stage_plans(wildcards):
-    """The index's stage plans: a budgeted study's (stage_plan_files, workflow/rules/stages.smk), else none."""
-    return [] if BUDGET is None else stage_plan_files()

@@ -72,7 +72,8 @@ rule index:
         slots=f"{RES}/analyses/slots.json",
         estimate=f"{RES}/estimate.json",
         template="reports/index.html.j2",
-        stages=index_stage_plans,  # a budgeted study's plans (workflow/rules/stages.smk); none without budget
+        # a budgeted study's plans (stage_plan_files, workflow/rules/stage_functions.smk); none without budget
+        stages=lambda wc: [] if BUDGET is None else stage_plan_files(),
     output:
         f"{REPORTS}/index.html",
     params:

@@ -30,9 +30,8 @@ def _args(p: argparse.ArgumentParser) -> None:
 def cmd_plan_stage(args: argparse.Namespace) -> int:
     """The plan of stage ``--stage`` + 1: the planner's seeds as run ids, what each stage cost, each
     open claim's need, and why the study stops when it does (docs/methods.md §14.3, §14.5)."""
-    from timestep_lab.workflow import study_runs
     from timestep_lab.workflow.stage_plan import plan_next
-    from timestep_lab.workflow.stages import arm_runs, read_plan, staged_study, write_plan
+    from timestep_lab.workflow.stages import arm_runs, read_plan, run_tables, write_plan
 
     for opt in ("verdicts", "estimate", "previous"):
         path = getattr(args, opt)
@@ -51,8 +50,7 @@ def cmd_plan_stage(args: argparse.Namespace) -> int:
         raise ArtifactError(f"{args.estimate}: not an estimate (the estimate job writes it)")
     previous = read_plan(str(args.previous)) if args.previous is not None else None
     try:
-        universe = study_runs(staged_study(args.study, budget.max_seeds), source)
-        first = study_runs(staged_study(args.study, budget.initial_seeds, budget.max_seeds), source)
+        first, universe = run_tables(args.study, budget, source)
     except ConfigError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a hand-made one the schema never saw

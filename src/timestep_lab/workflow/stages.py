@@ -27,9 +27,10 @@ from typing import Any, Mapping, Sequence
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_json, read_json
 from timestep_lab.claims import CLAIMS
 from timestep_lab.workflow.runs import Run, arm_id
+from timestep_lab.workflow.study import study_runs
 
 __all__ = ["PLAN_FORMAT", "MAX_STAGES", "STOP_REASONS", "StagePlan", "staged_groups", "seed_order", "staged_study",
-           "arm_runs", "next_runs", "write_plan", "read_plan"]
+           "run_tables", "arm_runs", "next_runs", "write_plan", "read_plan"]
 
 PLAN_FORMAT = "timestep_lab.stage_plan/1"
 #: why a study stopped (the planner's three, :data:`timestep_lab.evidence.planner.STOP_REASONS`, and the DAG's bound)
@@ -96,6 +97,16 @@ def staged_study(study: Mapping[str, Any], seeds: int, max_seeds: int | None = N
     for g in staged_groups(study):
         out["groups"][g]["seeds"] = seed_order(study["groups"][g]["seeds"], max(seeds, max_seeds or 0))[:seeds]
     return out
+
+
+def run_tables(study: Mapping[str, Any], budget: Any, source: str = "study") -> tuple[dict[str, Run], dict[str, Run]]:
+    """``(stage 0's run table, the universe's)`` of a study with ``budget`` (a
+    :class:`~timestep_lab.config.BudgetConfig`); without one (None) both are the configured run table."""
+    if budget is None:
+        runs = study_runs(study, source)
+        return runs, runs
+    return (study_runs(staged_study(study, budget.initial_seeds, budget.max_seeds), source),
+            study_runs(staged_study(study, budget.max_seeds), source))
 
 
 def arm_runs(universe: Mapping[str, Run], study: Mapping[str, Any]) -> dict[str, list[str]]:
