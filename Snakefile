@@ -29,6 +29,12 @@ include: "workflow/rules/scorecard.smk"
 include: "workflow/rules/warmstart.smk"
 
 
+if BUDGET is not None:  # a budgeted study runs in stages (docs/methods.md §14.5)
+
+    include: "workflow/rules/stage_functions.smk"
+    include: "workflow/rules/stages.smk"
+
+
 rule all:
     default_target: True
     input:

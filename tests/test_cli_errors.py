@@ -109,6 +109,9 @@ def _table(f) -> dict[tuple[str, str], list]:
     idx = lambda template="reports/index.html.j2", summary=prof, verdicts=prof: [  # noqa: E731
         "index", f"--template={template}", f"--out={out / 'index.html'}", "--study=x", "--config-source=x.yaml",
         f"--summary={summary}", f"--verdicts={verdicts}"]
+    plan = lambda study='{"study": "x", "budget": {"amount": 1}}', verdicts=prof, estimate=prof, extra=(): [  # noqa: E731
+        "plan-stage", f"--study={study}", f"--verdicts={verdicts}", f"--estimate={estimate}", "--stage=0",
+        f"--out={out / 'next.json'}", *extra]
     return {
         ("prepare", "empty"): ["prepare", "celebahq", "--source", f["empty_dir"], "--out", out / "p", "--resolution", "8"],
         ("prepare", "out of range"): ["prepare", "celebahq", "--source", f["empty_dir"], "--out", out / "p",
@@ -245,6 +248,10 @@ def _table(f) -> dict[tuple[str, str], list]:
         ("verdicts", "out of range"): ["verdicts", f"--metrics-csv={f['list_yaml']}", "--base=[64]", f"--out={out / 'v.json'}"],
         ("verdicts", "garbled"): ["verdicts", f"--metrics-csv={f['garbled']}", f"--out={out / 'v.json'}"],
         ("verdicts", "wrong shape"): ["verdicts", f"--metrics-csv={f['list_yaml']}", f"--out={out / 'v.json'}"],
+        ("plan-stage", "empty"): plan(verdicts=f["empty_file"]),
+        ("plan-stage", "out of range"): plan(extra=["--stage=-1"]),
+        ("plan-stage", "garbled"): plan(estimate=f["garbled"]),
+        ("plan-stage", "wrong shape"): plan(study='{"study": "x", "groups": {}}'),
         ("run-config", "empty"): ["run-config", "--config-json={}", f"--slots={f['empty_file']}", f"--out={out / 'run.yaml'}"],
         ("run-config", "out of range"): ["run-config", '--config-json={"train": {"batch_size": 0}}', f"--out={out / 'run.yaml'}"],
         ("run-config", "garbled"): ["run-config", "--config-json={}", f"--slots={f['garbled']}", f"--out={out / 'run.yaml'}"],

@@ -10,6 +10,7 @@ from snakemake.utils import validate
 
 from timestep_lab import groups as G
 from timestep_lab import workflow as W
+from timestep_lab.workflow import stages as WS
 from timestep_lab.arithmetic import pin as pin_arithmetic
 from timestep_lab.config import ConfigError, budget_config, load_yaml
 from timestep_lab.config.schema import TRAINED_FEATURE_EXTRACTORS
@@ -43,9 +44,6 @@ try:  # retired keys first: the schema could only say "unexpected", not what to 
     BUDGET = budget_config(config, CONFIG_SOURCE)  # None: the fixed design (docs/methods.md §14)
 except ConfigError as exc:
     config_error(exc)
-if BUDGET is not None and workflow.is_main_process:
-    print("note: budget: the sequential design's stages are not wired into the workflow yet (docs/methods.md §14.5); "
-          "this study runs as the fixed design", file=sys.stderr)
 try:
     validate(config, "../schemas/config.schema.yaml", set_default=True)
 except Exception as exc:  # snakemake's WorkflowError around a jsonschema ValidationError
@@ -65,7 +63,8 @@ BENCH = f"{RES}/benchmarks"  # one Snakemake benchmark file per rule and job (be
 
 try:
     PREPARED = W.prepared_base(config["data"])  # data.prepared; never the file-system root
-    RUNS = W.study_runs(config, source=CONFIG_SOURCE)
+    # with budget: stage 0's runs, and ALL_RUNS every run a later stage may add (docs/methods.md §14.5)
+    RUNS, ALL_RUNS = WS.run_tables(config, BUDGET, CONFIG_SOURCE)
     W.check_analysis_needs(config, RUNS, CONFIG_SOURCE)  # a study missing a group fails now, not after its training
     CONTRIB_RANGES = W.contribution_ranges(config)  # the contribution arms: label -> replaced t range
     if workflow.is_main_process:  # jobs re-read this file; their runs were checked when the DAG was built
@@ -177,12 +176,12 @@ def run_config_opt(wildcards, input):
 
 
 def init_model(wildcards):
-    run = RUNS[wildcards.run]
+    run = ALL_RUNS[wildcards.run]
     return model_input(run.init_from) if run.init_from else []
 
 
 def trained_runs():
-    return [r for r in RUNS if not (r == "reference" and config["reference"]["pretrained"])]
+    return [r for r in ALL_RUNS if not (r == "reference" and config["reference"]["pretrained"])]
 
 
 def evaluated_runs():
@@ -230,7 +229,7 @@ def eval_sample_overrides(run="reference", progress=False):
     the FID sample count (at progress points: ``evaluation.progress_num_samples``), then
     ``evaluation.sample`` with ``evaluation.sample_by_kind`` for its process (a flow run is
     scored with its ODE solver)."""
-    s = W.scoring_sample(config["evaluation"], RUNS[run].config if run in RUNS else {}, progress=progress)
+    s = W.scoring_sample(config["evaluation"], ALL_RUNS[run].config if run in ALL_RUNS else {}, progress=progress)
     return [f"--set=sample.{k}={'null' if v is None else v}" for k, v in s.items()]
 
 
@@ -258,7 +257,7 @@ def scorecard_present():
 
 
 def run_config_inputs(wildcards):
-    run = RUNS[wildcards.run]
+    run = ALL_RUNS[wildcards.run]
     inputs = {}
     if run.init_from:
         inputs["init"] = model_input(run.init_from)
@@ -374,7 +373,7 @@ def momentum_runs():
 def run_config_args(wildcards, input):
     """The run-config command's optional options (the model the run starts from, the measured
     slots), a list of words for ``{params.args:q}``."""
-    run = RUNS[wildcards.run]
+    run = ALL_RUNS[wildcards.run]
     return [*W.opt("--init", model_path(run.init_from) if run.init_from else None),
             *W.opt("--slots", input.get("slots"))]
 
@@ -431,4 +430,5 @@ def index_args(wildcards, input):
             *W.opt("--rehearsal", json.dumps(config["rehearsal"], sort_keys=True) if config.get("rehearsal") else None),
             # other studies with results: the index links reports/scorecard.html
             *(["--scales", *scales] if scales else []),
-            f"--reproducibility={ARITHMETIC}"]  # the level asked for, beside the records' own
+            f"--reproducibility={ARITHMETIC}",  # the level asked for, beside the records' own
+            *(["--stages", *input.stages] if input.get("stages") else [])]  # a budgeted study's plans

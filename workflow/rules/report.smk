@@ -72,6 +72,8 @@ rule index:
         slots=f"{RES}/analyses/slots.json",
         estimate=f"{RES}/estimate.json",
         template="reports/index.html.j2",
+        # a budgeted study's plans (stage_plan_files, workflow/rules/stage_functions.smk); none without budget
+        stages=lambda wc: [] if BUDGET is None else stage_plan_files(),
     output:
         f"{REPORTS}/index.html",
     params:

@@ -17,7 +17,7 @@ rule run_config:
         f"{RES}/runs/{{run}}/run.yaml",
     params:
         # the run's whole config, one JSON word: a changed hyperparameter reruns exactly this run
-        config=lambda wc: json.dumps(RUNS[wc.run].config),  # key order kept: it is the order of run.yaml
+        config=lambda wc: json.dumps(ALL_RUNS[wc.run].config),  # key order kept: it is the order of run.yaml
         args=run_config_args,
     log:
         f"{LOGS}/run_config/{{run}}.log",

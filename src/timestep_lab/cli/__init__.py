@@ -24,7 +24,7 @@ from timestep_lab.errors import InputError, NonFiniteLossError
 
 # Registration order is the order of the commands in --help (pipeline order), so keep it unsorted.
 # isort: off
-from timestep_lab.cli import data, train, generate, evaluate, analyses, sampled, tables, report, estimate, rehearse  # noqa: F401
+from timestep_lab.cli import data, train, generate, evaluate, analyses, sampled, tables, report, estimate, rehearse, stages  # noqa: F401
 # isort: on
 
 __all__ = ["main", "run_command", "COMMANDS", "build_parser", "EXPECTED_ERRORS"]

@@ -60,6 +60,8 @@ def _index_args(p: argparse.ArgumentParser) -> None:
                    help="the study config's rehearsal section as a JSON object: a banner says no number is a result")
     p.add_argument("--scales", nargs="*", default=[], help="other studies with results: link the scorecard across scales")
     p.add_argument("--reproducibility", default=None, help="the study's reproducibility level, beside the records' own")
+    p.add_argument("--stages", nargs="*", default=[],
+                   help="a budgeted study's stage plans (results/<study>/stages/<k>/next.json): spent, needs, why it stopped")
 
 
 @command("index", "the study's front page: scorecard, forest plot, protocol, cost, links -> index.html", _index_args)
@@ -77,7 +79,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     render_index(args.template, args.out, study=args.study, summary=args.summary, verdicts=args.verdicts,
                  slots=args.slots, estimate=args.estimate, reports=[str(r) for r in args.reports],
                  config_source=args.config_source, results_dir=args.results_dir, logs_dir=args.logs_dir,
-                 rehearsal=args.rehearsal, scales=args.scales, reproducibility=args.reproducibility)
+                 rehearsal=args.rehearsal, scales=args.scales, reproducibility=args.reproducibility,
+                 stages=[str(p) for p in args.stages])
     log.info("index -> %s", args.out)
     return 0
 

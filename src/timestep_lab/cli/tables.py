@@ -34,6 +34,9 @@ def _collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--comparisons", type=Path, default=None,
                    help="comparisons.json to write: every paired comparison the claims read, which the verdicts "
                         "command then reads instead of computing (timestep_lab.evidence.comparisons)")
+    p.add_argument("--only", default=None,
+                   help="gather only these runs, comma-separated ids of the --study's run table (a budgeted "
+                        "study's stage: its runs so far, docs/methods.md §14.5)")
 
 
 @command("collect", "every run's metrics, progress and training log -> metrics.csv, runs.csv, summary.json",
@@ -56,6 +59,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
     except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a hand-made one the schema never saw
         raise ConfigError(f"--study: not a study config as the workflow validates it ({type(exc).__name__}: "
                           f"{str(exc)[:120]})") from None
+    if args.only is not None:
+        only = [r for r in args.only.split(",") if r]
+        unknown = [r for r in only if r not in runs]
+        if unknown:
+            raise ConfigError(f"--only: {', '.join(unknown[:3])} not in the --study's run table")
+        runs = {r: run for r, run in runs.items() if r in set(only)}  # the run table's order
     collect(run_table(runs), str(args.results), str(args.metrics), str(args.runs), str(args.summary),
             floor_json=str(args.floor) if args.floor else None, base=base,
             comparisons_json=str(args.comparisons) if args.comparisons else None, study=args.study["study"])
@@ -76,6 +85,9 @@ def _verdicts_args(p: argparse.ArgumentParser) -> None:
                    help="the study's own column values as a JSON object (what a baseline's \"{base}\" stands for: "
                         "batch_size, channels, total_kimg, ...; timestep_lab.workflow.base_columns)")
     p.add_argument("--study", default="", help="the study's name")
+    p.add_argument("--sequential", type=json_object, default=None,
+                   help="a budgeted study's test, a JSON object {\"prior_sd\": g, \"horizon\": max_seeds or null}: "
+                        "claims on final FID judged by the anytime-valid safe t-test (docs/methods.md §14.1)")
     p.add_argument("--out", type=Path, required=True, help="verdicts.json to write")
 
 
@@ -95,6 +107,18 @@ def _check_metrics(path: Path, needed: tuple[str, ...] = METRICS_COLUMNS) -> Non
         raise ArtifactError(f"{path}: not a metrics table (no column {', '.join(missing)}; collect writes it)")
 
 
+def _sequential(spec: dict | None) -> dict | None:
+    """``--sequential`` checked: a positive ``prior_sd`` and a ``horizon`` of at least 2 seeds or null."""
+    if spec is None:
+        return None
+    g, h = spec.get("prior_sd"), spec.get("horizon")
+    if not isinstance(g, (int, float)) or isinstance(g, bool) or not g > 0:
+        raise ConfigError(f"--sequential: prior_sd must be a number > 0, got {g!r}")
+    if h is not None and (not isinstance(h, int) or isinstance(h, bool) or h < 2):
+        raise ConfigError(f"--sequential: horizon must be an integer >= 2 or null, got {h!r}")
+    return {"prior_sd": float(g), "horizon": h}
+
+
 @command("verdicts", "direction and size verdicts per claim -> verdicts.json", _verdicts_args)
 def cmd_verdicts(args: argparse.Namespace) -> int:
     """Both verdicts per claim (docs/methods.md §9.3), Holm across the scorecard, -> verdicts.json."""
@@ -108,7 +132,7 @@ def cmd_verdicts(args: argparse.Namespace) -> int:
     optional = {k: str(getattr(args, k)) if getattr(args, k) is not None else None
                 for k in ("interference", "consistency", "floor", "comparisons")}
     write_verdicts(str(args.metrics_csv), str(args.out), runs_csv=str(args.runs) if args.runs else None,
-                   base=args.base, study=args.study, **optional)
+                   base=args.base, study=args.study, sequential=_sequential(args.sequential), **optional)
     log.info("verdicts -> %s", args.out)
     return 0
 

@@ -339,7 +339,8 @@ class BudgetConfig:
     claim "not judged at this length" trains its runs ``length_step`` times longer per stage, never
     past ``max_length`` times the configured ``train.total_kimg``. ``prior_sd``: the SD of the safe
     t-test's prior on the standardised effect (fixed before any data, §14.1). ``calibration``:
-    :data:`SEQUENTIAL_CALIBRATIONS`.
+    :data:`SEQUENTIAL_CALIBRATIONS`. ``max_stages``: at most this many stages (stage 0 included):
+    what bounds the workflow's DAG (§14.5).
     """
 
     amount: float
@@ -352,6 +353,7 @@ class BudgetConfig:
     max_length: float = 4.0
     prior_sd: float = 3.0
     calibration: str = "skew_envelope"
+    max_stages: int = 4
 
     def __post_init__(self) -> None:
         _require(self.amount > 0, f"amount must be > 0, got {self.amount}")
@@ -368,3 +370,4 @@ class BudgetConfig:
         _require(self.prior_sd > 0, f"prior_sd must be > 0, got {self.prior_sd}")
         _require(self.calibration in SEQUENTIAL_CALIBRATIONS,
                  f"calibration must be one of {', '.join(SEQUENTIAL_CALIBRATIONS)}, got {self.calibration!r}")
+        _require(self.max_stages >= 1, f"max_stages must be >= 1 (stage 0 is the first look), got {self.max_stages}")

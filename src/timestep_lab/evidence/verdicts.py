@@ -41,8 +41,9 @@ from timestep_lab.groups import baselines
 #: Sign of ``arm - baseline`` in final FID that a group's per-arm ``verdict`` tests: the arm lowers FID.
 BETTER = -1
 
-__all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "select_arm", "compare_group", "study_comparisons",
-           "judge_claims", "claim_baseline", "interference_effect", "consistency_effect", "speedup_text", "regime", "resolve_selector"]
+__all__ = ["Claim", "CLAIMS", "GROUP_BASELINES", "select_arm", "final_fids", "study_final_fids", "compare_group",
+           "study_comparisons", "judge_claims", "claim_baseline", "interference_effect", "consistency_effect", "speedup_text",
+           "regime", "resolve_selector"]
 
 
 #: Per group: the baseline arm every other arm is compared with, and the column whose values are
@@ -82,6 +83,19 @@ def select_arm(df: pd.DataFrame, selector: Mapping[str, Any]) -> list[str]:
     return sorted(df.loc[mask, "arm"].unique())
 
 
+def final_fids(final: pd.DataFrame) -> dict[str, dict[int, float]]:
+    """``{arm: {seed: final FID}}`` of FID rows (``_fid(metrics, "final")``, a group's or all); a
+    failed score (non-finite) is missing data, not a value."""
+    finite = final[np.isfinite(final["value"].astype(float))] if len(final) else final
+    return {arm: dict(zip(d["seed"].astype(int), d["value"].astype(float))) for arm, d in finite.groupby("arm")} \
+        if len(finite) else {}
+
+
+def study_final_fids(metrics: pd.DataFrame) -> dict[str, dict[int, float]]:
+    """:func:`final_fids` of every arm of the study (the headline tool's final FID)."""
+    return final_fids(_fid(metrics, "final")) if len(metrics) else {}
+
+
 def compare_group(metrics: pd.DataFrame, group: str, baseline: Mapping[str, Any]) -> dict[str, Any]:
     """Paired comparisons of every arm of ``group`` against the arm matching ``baseline``.
 
@@ -100,8 +114,7 @@ def compare_group(metrics: pd.DataFrame, group: str, baseline: Mapping[str, Any]
         out["note"] = f"baseline {dict(baseline)} matches {len(base_arms)} arms"
         return out
     base = out["baseline"] = base_arms[0]
-    finite = final[np.isfinite(final["value"].astype(float))]  # a failed score is missing data, not a value
-    by_arm = {arm: dict(zip(d["seed"].astype(int), d["value"].astype(float))) for arm, d in finite.groupby("arm")}
+    by_arm = final_fids(final)
     for arm, fids in sorted(by_arm.items()):
         vals = list(fids.values())
         out["arms"][arm] = {"n": len(vals), "mean": sum(vals) / len(vals), "seeds": sorted(fids)}

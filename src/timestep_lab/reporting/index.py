@@ -13,7 +13,7 @@ Must not know how the numbers are computed or how the notebooks are executed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from timestep_lab.arithmetic import LEVELS
 from timestep_lab.artifacts.io import atomic_write_text, read_json
@@ -29,6 +29,7 @@ from timestep_lab.reporting.scorecard import (
     load_verdicts,
     scorecard_rows,
 )
+from timestep_lab.reporting.stages import read_stage_plans, stage_lines
 
 __all__ = ["render_index", "headline_rows", "protocol_lines", "family_lines", "code_lines", "arithmetic_lines"]
 
@@ -39,7 +40,7 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
                  estimate: str | Path | None = None, results_dir: str | Path | None = None,
                  logs_dir: str | Path | None = None,
                  rehearsal: Mapping[str, Any] | None = None, scales: list[str] | None = None,
-                 reproducibility: str | None = None) -> Path:
+                 reproducibility: str | None = None, stages: Sequence[str] | None = None) -> Path:
     """The study's ``index.html``: scorecard, the papers' figures beside our verdicts, protocol, the
     cost estimate (``estimate``: the JSON of ``estimate --out``) beside the measured cost per rule (the
     benchmark files under ``results_dir``, :mod:`timestep_lab.cost.measured`), links. ``rehearsal``:
@@ -47,7 +48,8 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
     nothing on the page is a result. ``scales``: the other studies whose results exist; when there
     are any the page links the scorecard across scales (``../scorecard.html``, rule ``scorecard``),
     whether or not it has been built yet. ``reproducibility``: the config's level, which the
-    protocol compares with the records' own (:func:`arithmetic_lines`)."""
+    protocol compares with the records' own (:func:`arithmetic_lines`). ``stages``: a budgeted
+    study's plan files (:func:`timestep_lab.reporting.stages.stage_lines`: spent, still needed, why it stopped)."""
     import jinja2  # only the Snakemake index job renders; the rule's module import stays light
 
     summary_data = read_json(summary)
@@ -67,7 +69,8 @@ def render_index(template: str | Path, out_html: str | Path, *, study: str, summ
         study=study, summary=summary_data, css=PAGE_CSS, config_source=config_source,
         scorecard=card, columns=COLUMNS, forest=forest_svg(forest_rows(verdict_data)) if card else "",
         headline=headline_rows(summary_data, verdict_data),
-        protocol=protocol_lines(summary_data, reproducibility), family=family_lines(verdict_data, summary_data),
+        protocol=protocol_lines(summary_data, reproducibility),
+        family=family_lines(verdict_data, summary_data) + stage_lines(read_stage_plans(stages or []), verdict_data),
         code_mixed=bool((summary_data.get("code") or {}).get("mixed")),
         code_identities=len((summary_data.get("code") or {}).get("identities") or []),
         reports=[{"name": Path(r).stem.replace("_", " "), "file": Path(r).name} for r in reports],
@@ -123,7 +126,10 @@ def family_lines(verdicts: Mapping[str, Any], summary: Mapping[str, Any]) -> lis
     fam = verdicts.get("family") or {}
     m = fam.get("size")
     lines = []
-    if m is not None:
+    if m is not None and fam.get("sequential"):  # a budgeted study: the anytime-valid family (stage_lines says more)
+        lines.append(f"Family: {m} distinct comparisons judged together with Holm on anytime-valid p-values "
+                     f"(referred to {fam['sequential'].get('reference')}): {fam.get('promise')}.")
+    elif m is not None:
         promise = fam.get("promise") or ("the file states no condition: its tests assumed normal per-seed "
                                          "differences, and skewed ones break the 5% (docs/methods.md §9.6)")
         lines.append(f"Family: {m} distinct comparisons judged together; p-values are referred to the "

@@ -8,12 +8,15 @@ module                      holds                                               
 ``run_yaml``                ``run.yaml`` with the run-time facts (init model, slots)    config
 ``snakefile``               launcher, shell flags, schema-error summary                 stdlib
 ``checked``                 run configs checked at DAG build, once (.snakemake record)  config (torch lazily)
+``stages``                  a budgeted study's stage 0, run universe, plan file         claims, artifacts
+``stage_plan``              stage k's verdicts + prices -> stage k+1's plan             evidence (scipy)
 ``collect``                 results -> metrics.csv, runs.csv, summary.json              pandas, studies
 ``dvc_export``              summary/metrics -> DVC metrics and plots files              pandas
 ==========================  =========================================================  =====================
 
-This package's ``__init__`` and the first five modules import no torch, pandas or scipy: the
-Snakefile imports them when it builds the DAG. ``collect`` and ``dvc_export`` are imported by
+This package's ``__init__`` and the first six modules import no torch, pandas or scipy: the
+Snakefile imports them when it builds the DAG. ``stage_plan`` is imported by its command
+(``python -m timestep_lab plan-stage``) only. ``collect`` and ``dvc_export`` are imported by
 their commands (``python -m timestep_lab collect`` / ``dvc-export``) and are not re-exported
 here.
 """

@@ -29,6 +29,7 @@ from timestep_lab.artifacts.identity import describe, distinct, identity_key
 from timestep_lab.artifacts.io import atomic_path, atomic_write_json, read_json
 from timestep_lab.evidence.comparisons import claim_comparisons
 from timestep_lab.evidence.family import RULES
+from timestep_lab.evidence.sequential_family import judge_sequentially
 from timestep_lab.evidence.stats import json_safe
 from timestep_lab.evidence.verdicts import (
     compare_group,
@@ -36,6 +37,7 @@ from timestep_lab.evidence.verdicts import (
     interference_effect,
     judge_claims,
     study_comparisons,
+    study_final_fids,
 )
 from timestep_lab.workflow.comparisons_file import read_comparisons, stored_compare, write_comparisons
 from timestep_lab.workflow.runs import arm_id
@@ -228,13 +230,16 @@ VERDICTS_FORMAT = "timestep_lab.verdicts/2"
 
 def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = None, interference: str | None = None,
                    consistency: str | None = None, base: Mapping[str, Any] | None = None, study: str = "",
-                   floor: str | None = None, comparisons: str | None = None) -> dict[str, Any]:
+                   floor: str | None = None, comparisons: str | None = None,
+                   sequential: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``verdicts.json`` (format :data:`VERDICTS_FORMAT`, docs/design.md#verdicts-json):
     :func:`timestep_lab.evidence.verdicts.judge_claims` over the collected metrics, the analyses' outputs
     (``interference_control.json``, ``consistency.json``; absent -> "not run") and the study's
     ``floor.json`` (absent: no floor in the regime). ``comparisons``: collect's ``comparisons.json``,
     whose comparisons the claims read instead of computing them (the workflow's way); None computes
-    them from the table."""
+    them from the table. ``sequential`` (a budgeted study: ``{"prior_sd", "horizon"}``): the claims on
+    final FID judged by the anytime-valid test instead
+    (:func:`timestep_lab.evidence.sequential_family.judge_sequentially`, docs/methods.md §14.1)."""
     metrics = load_tables(metrics_csv, runs_csv)
     analyses = {}
     if interference and Path(interference).exists():
@@ -244,6 +249,9 @@ def write_verdicts(metrics_csv: str, out_json: str, *, runs_csv: str | None = No
     floor_data = read_json(floor) if floor and Path(floor).exists() else None
     compare = stored_compare(read_comparisons(comparisons), comparisons) if comparisons else compare_group
     judged = judge_claims(metrics, analyses, base=base, floor=floor_data, compare=compare)
+    if sequential is not None:
+        judged = judge_sequentially(judged, study_final_fids(metrics), prior_sd=float(sequential["prior_sd"]),
+                                    horizon=sequential.get("horizon"))
     result = json_safe({
         "format": VERDICTS_FORMAT,
         "study": study,

@@ -25,7 +25,7 @@ Pure: a :class:`~timestep_lab.cost.estimate.study.Plan` and its priced
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,6 +38,7 @@ from timestep_lab.cost.estimate.table import Estimate
 from timestep_lab.evidence.sequential_sim import expected_cost
 from timestep_lab.evidence.verdicts import resolve_selector, select_arm
 from timestep_lab.workflow import arm_id, base_columns, run_table, study_runs
+from timestep_lab.workflow.stages import staged_study
 
 __all__ = ["PER_RUN_RULES", "GROWING_RULES", "SCENARIOS", "SequentialCost", "claim_arms", "seed_costs",
            "sequential_cost", "format_sequential"]
@@ -61,7 +62,9 @@ class SequentialCost:
     in run SDs) -> mean cost; ``resolved``: scenario -> mean share of claims resolved; ``worst``: every
     claim arm at ``max_seeds`` and every growing arm ``max_length`` times as long; ``fixed_design``:
     the estimate's total; ``claims``: claim id -> (arm, baseline arm) priced; ``left_out``: claim id ->
-    why it is not priced (its arms are not in the study, or not one arm each)."""
+    why it is not priced (its arms are not in the study, or not one arm each); ``seed_cost``: claim arm ->
+    one more seed of it, ``extend_cost``: growing arm -> one seed of it trained to ``max_length``
+    (what the workflow's stage planner prices a stage with, docs/methods.md §14.5)."""
 
     budget: BudgetConfig
     device: str
@@ -75,6 +78,8 @@ class SequentialCost:
     claims: dict[str, tuple[str, str]]
     left_out: dict[str, str]
     longer: tuple[str, ...]
+    seed_cost: dict[str, float] = field(default_factory=dict)
+    extend_cost: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"device": self.device, "unit": self.unit, "fixed": self.fixed, "first_look": self.first_look,
@@ -82,23 +87,28 @@ class SequentialCost:
                 "resolved": {f"{k:g}": v for k, v in self.resolved.items()}, "worst": self.worst,
                 "fixed_design": self.fixed_design, "claims": {k: list(v) for k, v in self.claims.items()},
                 "left_out": dict(self.left_out), "longer": list(self.longer),
+                "seed_cost": dict(self.seed_cost), "extend_cost": dict(self.extend_cost),
                 "assumes": assumptions(self.budget)}
 
 
-def _run_table(plan: Plan) -> pd.DataFrame:
+def _run_table(plan: Plan, budget: BudgetConfig | None = None) -> pd.DataFrame:
     """One row per run of a study group: ``run``, ``arm``, ``groups``, the axes and the arm columns
-    (what claims select arms by, as in ``runs.csv``)."""
-    table = run_table(study_runs(plan.study, plan.source))  # the rows collect writes to runs.csv
+    (what claims select arms by, as in ``runs.csv``). For a study config with ``budget:``: stage 0's
+    run table (the staged groups at ``initial_seeds``, :func:`timestep_lab.workflow.stages.staged_study`),
+    the runs the workflow's DAG holds before its first look, which the estimate priced."""
+    staged = budget is not None and plan.study.get("budget") is not None  # the workflow staged the study's DAG
+    study = staged_study(plan.study, budget.initial_seeds, budget.max_seeds) if staged else plan.study
+    table = run_table(study_runs(study, plan.source))  # the rows collect writes to runs.csv
     return pd.DataFrame([{"run": rid, "arm": arm_id(rid, info["axes"].get("seed")), "groups": ";".join(info["groups"]),
                           **info["axes"], **info["columns"]} for rid, info in table.items() if info["groups"]])
 
 
-def claim_arms(plan: Plan, claims: Sequence[Claim] = CLAIMS) -> tuple[dict[str, tuple[str, str]], dict[str, str],
-                                                                       pd.DataFrame]:
+def claim_arms(plan: Plan, claims: Sequence[Claim] = CLAIMS, budget: BudgetConfig | None = None
+               ) -> tuple[dict[str, tuple[str, str]], dict[str, str], pd.DataFrame]:
     """Each FID claim's ``(arm, baseline arm)`` in the plan's run table, as the verdicts select them
     (:func:`timestep_lab.evidence.verdicts.select_arm`); claims whose arm or baseline is not exactly
-    one arm of the study are left out, with the reason. Also returns the run table."""
-    table = _run_table(plan)
+    one arm of the study are left out, with the reason. Also returns the run table (stage 0's with ``budget``)."""
+    table = _run_table(plan, budget)
     base = base_columns(plan.study)
     found, left = {}, {}
     for c in claims:
@@ -150,7 +160,7 @@ def assumptions(budget: BudgetConfig) -> str:
 def sequential_cost(plan: Plan, est: Estimate, budget: BudgetConfig, claims: Sequence[Claim] = CLAIMS,
                     *, studies: int = STUDIES, seed: int = SEED) -> SequentialCost:
     """The :class:`SequentialCost` of ``plan`` under ``budget``, priced by ``est`` (module docstring)."""
-    found, left, table = claim_arms(plan, claims)
+    found, left, table = claim_arms(plan, claims, budget)  # the DAG the estimate priced: stage 0's
     seed_h, grow_h = seed_costs(plan, est, table)
     configured = {arm: int((table["arm"] == arm).sum()) for arm in seed_h}  # seeds the fixed design runs
     arms = sorted({a for pair in found.values() for a in pair})
@@ -172,7 +182,8 @@ def sequential_cost(plan: Plan, est: Estimate, budget: BudgetConfig, claims: Seq
     worst = fixed + budget.max_seeds * sum(seed_h[a] + extend.get(a, 0.0) for a in arms)
     first = fixed + budget.initial_seeds * sum(seed_h[a] for a in arms)
     unit = "CPU-core-hours" if est.device == "cpu" else f"GPU-hours ({est.device})"
-    return SequentialCost(budget, est.device, unit, fixed, first, expected, resolved, worst, est.gpu_hours, found, left, longer)
+    return SequentialCost(budget, est.device, unit, fixed, first, expected, resolved, worst, est.gpu_hours, found, left,
+                          longer, {a: seed_h[a] for a in arms}, extend)
 
 
 def _h(x: float) -> str:
