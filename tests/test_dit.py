@@ -8,7 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from timestep_lab.components import build_model, check_config
 from timestep_lab.config import ConfigError, load_config
-from timestep_lab.models.dit import DIT_SIZES, DiT, DiTShape
+from timestep_lab.models.dit import DIT_SIZES, DiT, DiTShape, drop_labels
 
 # DiT paper Table 4: parameters (M) and forward GFLOPs (fvcore: one per multiply-add) at 256 px,
 # i.e. 32x32x4 latents, class-conditional on ImageNet's 1000 classes, learned sigma (8 outputs)
@@ -69,18 +69,32 @@ def test_patches_map_back_to_their_own_pixels():
     assert torch.equal(changed, expected)
 
 
-def test_null_class_label_dropout_and_time_dependence():
-    net = _tiny(num_classes=10, class_dropout=0.25).eval()
+def test_null_class_and_time_dependence_and_no_dropout_inside():
+    net = _tiny(num_classes=10, class_dropout=0.25)
     x, t = torch.randn(3, 3, 8, 8), torch.tensor([1, 400, 900])
     null = net(x, t, None)
     assert torch.equal(null, net(x, t, torch.full((3,), 10)))
     assert not torch.allclose(null, net(x, t, torch.tensor([0, 1, 2])))
     assert not torch.allclose(null, net(x, t + 50, None))
-    y = torch.zeros(20_000, dtype=torch.long)
-    assert torch.equal(net.labels(y, len(y), y.device), y)  # eval: no dropout
-    torch.manual_seed(1)
-    dropped = (net.train().labels(y, len(y), y.device) == 10).float().mean().item()
-    assert dropped == pytest.approx(0.25, abs=0.01)
+    # training mode draws nothing: label dropout is the training step's, from its own generator
+    y = torch.zeros(1000, dtype=torch.long)
+    assert torch.equal(net.train().labels(y, len(y), y.device), y)
+    with pytest.raises(ValueError, match="unconditional DiT"):
+        _tiny()(x, t, torch.tensor([0, 1, 2]))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5])
+def test_label_dropout_rate_matches_its_closed_form(p):
+    """drop_labels turns each label into the null class with probability p: over n = 200,000
+    draws the count is Binomial(n, p), within 5 standard deviations sqrt(n p (1 - p)) of n p; the
+    kept labels are unchanged; the same generator seed gives the same draws."""
+    n = 200_000
+    y = torch.arange(n) % 7
+    out = drop_labels(y, p, 7, torch.Generator().manual_seed(0))
+    dropped = int((out == 7).sum())
+    assert abs(dropped - n * p) <= 5 * (n * p * (1 - p)) ** 0.5
+    assert torch.equal(out[out != 7], y[out != 7])
+    assert torch.equal(out, drop_labels(y, p, 7, torch.Generator().manual_seed(0)))
 
 
 def test_dit_entry_is_chosen_by_config():

@@ -384,8 +384,9 @@ def test_paper_scale_progress_evaluation_costs_at_most_a_tenth_of_training(name)
 
 def test_a_latent_study_counts_dit_on_latents_and_the_vae(tmp_path, capsys):
     """config/imagenet-dit-b.yaml: runs train on the encoded split (data.path ...-latents), DiT-B/2 is
-    counted on 32x32x4 latents from the DiT anchors, encode_latents is one encoder pass per image and
-    flip, every scored sample one decoder pass; the study fits its 1,000 H100-hour budget."""
+    counted on 32x32x4 latents from the DiT anchors, guided sampling at twice the evaluations,
+    encode_latents is one encoder pass per image and flip, every scored sample one decoder pass;
+    the study fits its 1,000 H100-hour budget."""
     from timestep_lab.cli import main
     from timestep_lab.cost.estimate.flops import vae_cost
 
@@ -397,7 +398,9 @@ def test_a_latent_study_counts_dit_on_latents_and_the_vae(tmp_path, capsys):
     vae = vae_cost(256)
     assert vae.latent == (32, 4) and vae.params == 83_653_863  # sd-vae-ft-ema
     assert rules["encode_latents"]["flops"] == pytest.approx(1_281_167 * 2 * vae.encoder)
-    assert "train, dit-129.53M@32x32x4:" in out and "sd-vae-decoder@256x256x3" in out
+    assert "train, dit-130.30M@32x32x4:" in out and "sd-vae-decoder@256x256x3" in out  # with its 1,001-row label table
+    # class-conditional, scored with classifier-free guidance at 1.5: two network evaluations per DDIM-250 step
+    assert rules["sample_score"]["evaluations"] == rules["sample_score"]["jobs"] * 10_000 * 250 * 2
     train_sources = " | ".join(s["source"] for s in rules["train"]["sources"])
     assert "fast-DiT: DiT-XL/2" in train_sources and "Open-Sora: DiT-XL/2" in train_sources
     assert "kimbochen" not in train_sources and "EDM DDPM++" not in train_sources

@@ -229,7 +229,7 @@ def test_evaluate_cli_writes_the_protocol_record(digits_ref, digits_cnn, digits_
     assert res["fid"] > 0 and res["fid_clean_fid"] > 0 and res["kid"] is not None and res["precision"] is not None
     required = {"metric", "value", "tool", "tool_version", "feature_extractor", "feature_weights_sha256",
                 "num_generated", "num_reference", "sampler", "steps", "eta", "clip_x0", "shift", "ema", "seed_range",
-                "reference_file", "reference_sha256", "label"}
+                "reference_file", "reference_sha256", "label", "guidance_scale"}
     got = {(r["tool"], r["metric"]) for r in res["records"]}
     assert got == {("torch-fidelity", m) for m in ("fid", "kid_mean", "kid_std", "precision", "recall")} | \
         {("clean-fid", m) for m in ("fid", "kid_mean")}

@@ -71,16 +71,17 @@ def test_the_docs_name_the_training_streams_the_code_draws_from():
 
     from timestep_lab.train.step import StepGenerators
 
-    assert StepGenerators.STREAMS == ("data", "t", "noise")
-    assert "for k in (1, 2, 3)" in inspect.getsource(StepGenerators.__init__)
+    assert StepGenerators.STREAMS == ("data", "t", "noise", "labels")
+    assert "for k in (1, 2, 3, 4)" in inspect.getsource(StepGenerators.__init__)
     from pathlib import Path
 
     docs = Path(__file__).resolve().parents[1] / "docs"
     design, methods = ((docs / f).read_text() for f in ("design.md", "methods.md"))
     assert "one device generator" not in design + methods
-    for stream, k in (("data", 1), ("t", 2), ("noise", 3)):
+    for stream, k in (("data", 1), ("t", 2), ("noise", 3), ("labels", 4)):
         assert f"device generator `{stream}`, `manual_seed(train.seed + {k})`" in design
     assert "three device generators seeded `train.seed + 1`, `+ 2` and `+ 3`" in methods
+    assert "label dropout has a fourth, `train.seed + 4`" in methods
 
 
 def test_the_plateau_says_what_span_it_measured():

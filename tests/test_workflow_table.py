@@ -147,7 +147,7 @@ def test_scale_range_maps_paper_ranges_to_T():
     assert scale_range(100, 500, 100) == (10, 49)
 
 
-def _write_run(root, rid, *, status=None, fid=None, log_loss=0.5, shift=None):
+def _write_run(root, rid, *, status=None, fid=None, log_loss=0.5, shift=None, guidance=None):
     import json
 
     d = root / "runs" / rid
@@ -159,7 +159,8 @@ def _write_run(root, rid, *, status=None, fid=None, log_loss=0.5, shift=None):
                "feature_extractor": "digits-cnn", "feature_weights_sha256": "ab", "label": "FID (digits-CNN features)",
                "num_generated": 10, "num_reference": 20, "sampler": "ddim", "steps": 5, "eta": 0.0, "ema": True,
                "seed_range": [0, 9], "reference_file": "ref.npz", "reference_sha256": "cd", "clip_x0": False,
-               **({} if shift is None else {"shift": shift})}
+               **({} if shift is None else {"shift": shift}),
+               **({} if guidance is None else {"guidance_scale": guidance})}
         (d / "metrics.json").write_text(json.dumps({"status": status or "ok", "nimg": 1000, "records": [rec]}))
 
 
@@ -208,6 +209,23 @@ def test_collect_takes_the_sample_shift_column_from_the_score_record(tmp_path):
     assert m.loc["new", "sample_shift"] == 3.0 and m.loc["old", "sample_shift"] == 3.0
     assert not m.loc["new", "clip_x0"]
     assert pd.read_csv(tmp_path / "r.csv").set_index("run").loc["new", "sample_shift"] == 1.0
+
+
+def test_collect_keeps_the_guidance_scale_of_the_score_record(tmp_path):
+    """metrics.csv's guidance_scale is the classifier-free guidance the samples were drawn with;
+    empty for a record from before it was kept."""
+    import pandas as pd
+
+    from timestep_lab.workflow.collect import collect
+
+    axes = {"sampler": "uniform", "weighting": "none", "prediction": "eps", "batch_size": 64, "schedule": "linear",
+            "seed": 0}
+    runs = {"guided": {"axes": axes, "groups": ["g"]}, "old": {"axes": {**axes, "seed": 1}, "groups": ["g"]}}
+    _write_run(tmp_path, "guided", fid=10.0, guidance=1.5)
+    _write_run(tmp_path, "old", fid=11.0)
+    collect(runs, str(tmp_path), str(tmp_path / "m.csv"), str(tmp_path / "r.csv"), str(tmp_path / "s.json"))
+    m = pd.read_csv(tmp_path / "m.csv").set_index("run")
+    assert m.loc["guided", "guidance_scale"] == 1.5 and pd.isna(m.loc["old", "guidance_scale"])
 
 
 def test_the_sampling_shift_is_an_arms_setting_never_the_evaluations():

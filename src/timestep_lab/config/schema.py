@@ -242,6 +242,9 @@ class SampleConfig:
     use_ema: bool = True
     clip_x0: bool | None = None  # None: the process' default (gaussian clips x0_hat to [-1, 1], flow does not)
     shift: float = 1.0  # flow only: sample on the grid shift_sigma(sigma, shift) (SD3/Flux pipelines)
+    # classifier-free guidance of a class-conditional model: 1.0 none (the conditional prediction),
+    # 0.0 the unconditional one; DiT's FID-50K setting 1.5 (docs/methods.md)
+    guidance_scale: float = 1.0
     grid_size: int = 100  # images in the PNG grid
 
     def __post_init__(self) -> None:
@@ -250,6 +253,7 @@ class SampleConfig:
         _require(self.steps is None or self.steps > 0, f"steps must be > 0 or null, got {self.steps}")
         _require(self.eta >= 0, f"eta must be >= 0, got {self.eta}")
         _require(self.shift > 0, f"shift must be > 0, got {self.shift}")
+        _require(self.guidance_scale >= 0, f"guidance_scale must be >= 0, got {self.guidance_scale}")
         _require(self.num_samples > 0, f"num_samples must be > 0, got {self.num_samples}")
         _require(0 <= self.seed_base <= SEED_MAX - self.num_samples + 1,
                  f"seed_base must be in [0, 2**63 - num_samples] (the samples' seeds are seed_base + i), "

@@ -17,7 +17,7 @@ are re-exported here). Must not know: metrics, training or the command line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,8 +29,9 @@ from torch import Tensor, nn
 from timestep_lab.artifacts.io import atomic_path
 from timestep_lab.artifacts.samples_file import load_samples, save_samples
 from timestep_lab.checkpoints import load_for_inference
-from timestep_lab.config import SampleConfig
+from timestep_lab.config import ConfigError, SampleConfig
 from timestep_lab.data import to_float, to_uint8
+from timestep_lab.generate.guidance import guided_output, sample_classes
 from timestep_lab.latents import latent_decoder
 from timestep_lab.processes.predictions import MixedPrediction, Prediction
 from timestep_lab.processes.solvers import SPACINGS, Chain, GroundTruth, make_solver, respaced_timesteps, reverse_step
@@ -73,21 +74,39 @@ class StackedGenerator:
 @dataclass
 class Denoiser:
     """The network plus its prediction type: ``(x_t, t) -> (x0_hat, eps_hat)``, ``t`` original
-    timesteps. ``clip_x0`` clamps x0_hat to [-1, 1] and recomputes eps_hat from it."""
+    timesteps. ``clip_x0`` clamps x0_hat to [-1, 1] and recomputes eps_hat from it.
+
+    A class-conditional network (``num_classes`` > 0) is called with ``labels [B]`` (set per
+    batch by :meth:`with_labels`) and classifier-free guidance at ``guidance_scale``
+    (:func:`timestep_lab.generate.guidance.guided_output`; 1.0: the conditional output)."""
 
     model: nn.Module
     prediction: Prediction
     diffusion: Any  # GaussianDiffusion or RectifiedFlow
     clip_x0: bool = True
     autocast: Callable[[], Any] | None = None
+    num_classes: int = 0
+    guidance_scale: float = 1.0
+    labels: Tensor | None = None
+
+    def with_labels(self, labels: Tensor) -> "Denoiser":
+        """This denoiser for one batch of class labels ``[B]``."""
+        return replace(self, labels=labels)
+
+    def _output(self, x_t: Tensor, t: Tensor) -> Tensor:
+        if self.num_classes <= 0:
+            return self.model(x_t, t)
+        if self.labels is None:
+            raise ValueError("a class-conditional model samples with labels (Denoiser.with_labels)")
+        return guided_output(self.model, x_t, t, self.labels.to(x_t.device), self.num_classes, self.guidance_scale)
 
     @torch.no_grad()
     def __call__(self, x_t: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
         if self.autocast is not None:
             with self.autocast():
-                out = self.model(x_t, t)
+                out = self._output(x_t, t)
         else:
-            out = self.model(x_t, t)
+            out = self._output(x_t, t)
         x0_hat, eps_hat = self.prediction.estimates(out.float(), x_t, t, self.diffusion)
         if self.clip_x0:
             x0_hat = x0_hat.clamp(-1.0, 1.0)
@@ -124,7 +143,7 @@ def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], di
                   eta: float = 1.0, batch_size: int = 500, device: torch.device | str = "cpu",
                   gt_images: Tensor | None = None, gt_range: tuple[int, int] | None = None,
                   progress: bool = False, desc: str = "sampling", shift: float = 1.0,
-                  decode: Callable[[Tensor], Tensor] | None = None) -> np.ndarray:
+                  decode: Callable[[Tensor], Tensor] | None = None, num_classes: int = 0) -> np.ndarray:
     """Draw ``len(seeds)`` images; returns uint8 ``[N, H, W, C]``.
 
     :param image_shape: ``(C, H, W)`` of what the network generates (latents for a latent model).
@@ -133,6 +152,9 @@ def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], di
         uint8 conversion; None: the network generates images.
     :param gt_images: float ``[N, C, H, W]`` true x0 (one per seed) for ground-truth replacement
         inside ``gt_range``.
+    :param num_classes: > 0 for a class-conditional network: each sample's class is the first draw
+        of its own generator (:func:`~timestep_lab.generate.guidance.sample_classes`), before its
+        noise, and ``denoise.with_labels(classes)`` denoises the batch.
     """
     n_steps = make_solver(method).num_steps(diffusion, steps)
     bar = None
@@ -147,7 +169,9 @@ def sample_images(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], di
             gt = None
             if gt_images is not None and gt_range is not None:
                 gt = GroundTruth(gt_images[start:start + len(chunk)], *gt_range)
-            x = reverse_loop(denoise, diffusion, StackedGenerator(chunk, "cpu"), image_shape, method=method,
+            gens = StackedGenerator(chunk, "cpu")
+            den = denoise.with_labels(sample_classes(gens.gens, num_classes)) if num_classes > 0 else denoise
+            x = reverse_loop(den, diffusion, gens, image_shape, method=method,
                              steps=steps, eta=eta, gt=gt, device=device, shift=shift,
                              on_step=(lambda _i, n=len(chunk): bar.update(n)) if bar else None)
             if decode is not None:
@@ -200,7 +224,12 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
     solver = make_solver(cfg.method)
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else None
     clip_x0 = resolved_clip_x0(cfg, diffusion)
-    denoise = Denoiser(loaded.net, prediction, diffusion, clip_x0=clip_x0, autocast=autocast)
+    num_classes = int(getattr(loaded.net, "num_classes", 0) or 0)
+    if num_classes == 0 and cfg.guidance_scale != 1.0:
+        raise ConfigError(f"sample.guidance_scale: {cfg.guidance_scale} guides a class-conditional model, but "
+                          f"{model_path} is unconditional; set sample.guidance_scale: 1.0")
+    denoise = Denoiser(loaded.net, prediction, diffusion, clip_x0=clip_x0, autocast=autocast,
+                       num_classes=num_classes, guidance_scale=cfg.guidance_scale)
     n = cfg.num_samples
     gt = None
     if gt_images is not None:
@@ -213,7 +242,8 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
     images = sample_images(denoise, diffusion, image_shape=shape, seeds=seeds, method=cfg.method, steps=cfg.steps,
                            eta=cfg.eta if cfg.method == "ddim" else 1.0, batch_size=cfg.batch_size, device=device,
                            gt_images=gt, gt_range=gt_range, progress=progress,
-                           desc=f"sampling {Path(model_path).parent.name}", shift=cfg.shift, decode=decode)
+                           desc=f"sampling {Path(model_path).parent.name}", shift=cfg.shift, decode=decode,
+                           num_classes=num_classes)
     info = {
         "model": str(model_path), "model_sha256": meta["sha256"], "model_format": fmt, "nimg": meta.get("nimg"),
         "status": meta.get("status", "ok"), "method": cfg.method,
@@ -221,6 +251,8 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
         "num_timesteps": diffusion.T, "process": diffusion.kind,
         "eta": cfg.eta if cfg.method == "ddim" else None, "use_ema": meta.get("use_ema"), "clip_x0": clip_x0,
         "shift": cfg.shift,
+        # classifier-free guidance (1.0: none) and the classes the samples were drawn from (0: unconditional)
+        "guidance_scale": cfg.guidance_scale, "num_classes": num_classes,
         "seed_range": [cfg.seed_base, cfg.seed_base + n - 1], "num_samples": n,
         "prediction": meta.get("prediction"), "gt_range": list(gt_range) if gt_range else None,
         "vae": vae or None,  # the VAE (folder, weights' sha256, scaling factor) that decoded the samples

@@ -81,6 +81,8 @@ def _protocol(spec: FeatureExtractorSpec, ref: Reference, n: int, meta: dict[str
         "feature_extractor": spec.name, "feature_dim": spec.feature_dim, "num_generated": n,
         "num_reference": ref.count, "sampler": meta.get("method"), "steps": meta.get("steps"), "eta": meta.get("eta"),
         "clip_x0": meta.get("clip_x0"), "shift": meta.get("shift"), "ema": meta.get("use_ema"),
+        # classifier-free guidance scale (1.0: none; None: samples from before it was recorded)
+        "guidance_scale": meta.get("guidance_scale"),
         "seed_range": meta.get("seed_range"), "reference_file": str(ref.path),
         "reference_sha256": ref.sha256, "code": dict(code) if code is not None else None,
         # latent models: the VAE that decoded the samples (folder, weights' sha256, scaling factor)

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from timestep_lab.models.unet import timestep_embedding
 
-__all__ = ["DIT_SIZES", "DiT", "DiTParams", "DiTShape", "sincos_2d"]
+__all__ = ["DIT_SIZES", "DiT", "DiTParams", "DiTShape", "drop_labels", "sincos_2d"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,15 @@ def sincos_2d(dim: int, grid: int) -> Tensor:
     return torch.cat([one(cols), one(rows)], dim=1).float()
 
 
+def drop_labels(y: Tensor, p: float, null: int, generator: torch.Generator) -> Tensor:
+    """Label dropout of classifier-free guidance (DiT's ``LabelEmbedder.token_drop``): each label
+    of ``y [B]`` becomes the null class ``null`` with probability ``p``, independently:
+    ``drop_i = u_i < p``, ``u ~ U[0, 1)`` drawn from ``generator`` (``B`` numbers whatever ``p``,
+    so the stream's position does not depend on ``p``)."""
+    u = torch.rand(y.shape, generator=generator, device=generator.device).to(y.device)
+    return torch.where(u < p, torch.full_like(y, null), y)
+
+
 def _modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
     return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)
 
@@ -146,9 +155,10 @@ class DiT(nn.Module):
     """DiT on ``in_channels x input_size x input_size`` inputs (latents: 4 x 32 x 32 at 256 px).
 
     ``num_classes`` > 0: class-conditional; ``forward(x, t, y)`` takes labels ``y [B]`` in
-    ``[0, num_classes)``, ``y = None`` (or the label ``num_classes``) is the null class, and in
-    training mode each label is replaced by the null class with probability ``class_dropout``
-    (the label dropout that classifier-free guidance needs). ``num_classes == 0``: unconditional.
+    ``[0, num_classes)``, ``y = None`` (or the label ``num_classes``) is the null class. The
+    label dropout that classifier-free guidance needs (each label replaced by the null class with
+    probability ``class_dropout``) is the training step's, drawn from the run's own generator
+    (:func:`drop_labels`). ``num_classes == 0``: unconditional, and labels are a ValueError.
     ``t`` is the process' timestep (an index in ``[0, T)`` or a float), embedded as in ADM.
     """
 
@@ -193,17 +203,17 @@ class DiT(nn.Module):
             nn.init.zeros_(mod.bias)
 
     def labels(self, y: Tensor | None, batch: int, device: torch.device) -> Tensor:
-        """Labels ``[B]`` with the null class where ``y`` is None, and label dropout in training."""
+        """Labels ``[B]`` long, the null class (``num_classes``) where ``y`` is None. Label dropout
+        is not drawn here but by the training step from the run's own generator
+        (:func:`drop_labels`), so no number depends on the global RNG."""
         if y is None:
             return torch.full((batch,), self.num_classes, dtype=torch.long, device=device)
-        y = y.long()
-        if self.training and self.class_dropout > 0:
-            drop = torch.rand(y.shape, device=device) < self.class_dropout
-            y = torch.where(drop, torch.full_like(y, self.num_classes), y)
-        return y
+        return y.long()
 
     def forward(self, x: Tensor, t: Tensor, y: Tensor | None = None) -> Tensor:
         b, _, h, w = x.shape
+        if y is not None and self.y_embedder is None:
+            raise ValueError("an unconditional DiT (num_classes 0) takes no class labels")
         t = torch.as_tensor(t, device=x.device)
         if t.ndim == 0:
             t = t.expand(b)

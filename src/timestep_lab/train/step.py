@@ -7,13 +7,15 @@ Per optimizer step (global batch B = batch_gpu * rounds * world_size)::
     t, w_is        = sampler.sample(B, gen.t, x0)         # timesteps, importance weights
     eps            ~ N(0, I)                              # from gen.noise
     x_t            = process.q_sample(x0, t, eps)         # Gaussian or rectified flow (diffusion.kind)
-    l_i            = prediction.loss(f(x_t, t), ...)      # per-sample, unweighted
+    y              = drop_labels(labels[idx], p, null)    # class-conditional networks only, from gen.labels
+    l_i            = prediction.loss(f(x_t, t[, y]), ...) # per-sample, unweighted
     L              = mean_i( w_is_i * w(t_i) * l_i )      # w: loss weighting table [T]
     grad step (clip), EMA update, sampler update(t, l)
 
 Paired runs (common random numbers, docs/methods.md §9.1): the data order (``IndexStream``,
 seeded by ``train.seed``), the flips, the timesteps and the noise come from separate streams
-derived from ``train.seed`` (:class:`StepGenerators`), and the network is initialised from
+derived from ``train.seed`` (:class:`StepGenerators`; a class-conditional network's label dropout
+has its own stream too), and the network is initialised from
 ``train.seed`` before anything else draws. So for one seed every arm of a group starts from the
 same weights and sees the same images, flips and noise ``eps`` at every step; only ``t`` (and
 what the arm's sampler does with it) differs, however many numbers the sampler draws.
@@ -32,6 +34,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -42,10 +45,11 @@ from timestep_lab.components import (
     build_sampler,
     build_weighting,
 )
-from timestep_lab.config import RunConfig
+from timestep_lab.config import ConfigError, RunConfig
 from timestep_lab.data import IndexStream, Loader, PreparedData
 from timestep_lab.distributed import World, resolve_device
 from timestep_lab.latents import LatentData, LatentLoader, open_training_data
+from timestep_lab.models.dit import drop_labels
 from timestep_lab.optim import EMA, make_optimizer, make_schedule
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import Prediction
@@ -57,12 +61,13 @@ log = logging.getLogger(__name__)
 
 
 def _loss_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable):
-    """``f(x0, t, noise) -> LossOutput`` for one micro-batch."""
+    """``f(x0, t, noise[, y]) -> LossOutput`` for one micro-batch (``y [B]``: the class labels of
+    a class-conditional network, after label dropout)."""
 
-    def fn(x0: Tensor, t: Tensor, noise: Tensor):
+    def fn(x0: Tensor, t: Tensor, noise: Tensor, y: Tensor | None = None):
         x_t = diffusion.q_sample(x0, t, noise)
         with autocast():
-            out = model(x_t, t)
+            out = model(x_t, t) if y is None else model(x_t, t, y)
         return prediction.loss(out, x0, noise, x_t, t, diffusion)
 
     return fn
@@ -107,31 +112,35 @@ def _compile(model: nn.Module, enabled: bool) -> nn.Module:
 class StepGenerators:
     """The step's random streams, each a ``torch.Generator`` on the device derived from the run seed:
     ``data`` (horizontal flips; the order of images is :class:`IndexStream`'s), ``t`` (the timestep
-    sampler) and ``noise`` (``eps`` of ``q_sample``).
+    sampler), ``noise`` (``eps`` of ``q_sample``) and ``labels`` (the label dropout of a
+    class-conditional network; never drawn from for an unconditional one).
 
     One stream per purpose makes runs *paired*: an arm whose sampler draws more or fewer numbers
     than uniform's (a Beta sampler draws 16 per sample, inverse-CDF 1) shifts only its own ``t``
     stream, never the noise or flips. ``get_state``/``set_state`` save and restore all three
-    (the resume checkpoint's ``generator`` field: ``{"data", "t", "noise"}`` byte tensors).
+    (the resume checkpoint's ``generator`` field: ``{"data", "t", "noise", "labels"}`` byte
+    tensors; a state saved before the ``labels`` stream existed, by an unconditional run that never
+    draws from it, restores the other three).
     """
 
-    STREAMS = ("data", "t", "noise")
+    STREAMS = ("data", "t", "noise", "labels")
 
     def __init__(self, seed: int, device: torch.device | str = "cpu") -> None:
         # offsets keep the streams apart from each other and from the network initialisation
         # (torch.manual_seed(seed)); seed + 1 is the data stream, as the single generator was
-        self.data, self.t, self.noise = (torch.Generator(device=device).manual_seed(int(seed) + k)
-                                         for k in (1, 2, 3))
+        self.data, self.t, self.noise, self.labels = (torch.Generator(device=device).manual_seed(int(seed) + k)
+                                                      for k in (1, 2, 3, 4))
 
     def get_state(self) -> dict[str, Tensor]:
         return {k: getattr(self, k).get_state() for k in self.STREAMS}
 
     def set_state(self, state: dict[str, Tensor]) -> None:
-        if not isinstance(state, dict) or set(state) != set(self.STREAMS):
+        if not isinstance(state, dict) or not set(self.STREAMS[:3]) <= set(state) <= set(self.STREAMS):
             raise ValueError("the checkpoint holds one generator state, from before paired runs (separate data, t "
                              "and noise streams): delete its train_state/ folder and train the run again")
         for k in self.STREAMS:
-            getattr(self, k).set_state(state[k])
+            if k in state:
+                getattr(self, k).set_state(state[k])
 
 
 @dataclass
@@ -176,7 +185,7 @@ class TrainStep:
     schedule: Any  # OptimSchedule
     ema: EMA
     stream: IndexStream
-    gen: StepGenerators  # flips, t, noise: separate streams (on the device)
+    gen: StepGenerators  # flips, t, noise, label dropout: separate streams (on the device)
     acc: Accumulators
     guard: NonFiniteGuard
     batch_gpu: int
@@ -187,6 +196,9 @@ class TrainStep:
     vlb_fn: Callable
     loss_fn: Callable
     check_compile: bool = False  # fwd is compiled and its first call has not succeeded yet
+    labels: Tensor | None = None  # long [N] on the host: the data's classes, for a class-conditional network only
+    num_classes: int = 0  # the network's classes (0: unconditional); the null class is num_classes
+    class_dropout: float = 0.0  # probability that a label becomes the null class (classifier-free guidance)
     nimg: int = 0
     steps_done: int = 0
     lr: float = 0.0
@@ -207,6 +219,11 @@ class TrainStep:
         x0_all = self.loader.batch(idx, self.gen.data)
         t_all, w_all = self.sampler.sample(B, self.gen.t, x0=x0_all)
         noise_all = torch.randn(x0_all.shape, generator=self.gen.noise, device=self.device)
+        y = None
+        if self.labels is not None:
+            y_all = drop_labels(self.labels.index_select(0, idx.to("cpu", torch.long)).to(self.device),
+                                self.class_dropout, self.num_classes, self.gen.labels)
+            y = y_all[self.shard]
         if self.channels_last:
             x0_all, noise_all = (z.contiguous(memory_format=torch.channels_last) for z in (x0_all, noise_all))
         context = dict(step=self.steps_done, nimg=self.nimg, x0=x0_all, vlb_fn=self.vlb_fn, gather=self.world.gather,
@@ -215,7 +232,7 @@ class TrainStep:
         x0, t, w_is, noise = x0_all[self.shard], t_all[self.shard], w_all[self.shard], noise_all[self.shard]
 
         # Forward/backward over micro-batches (gradient accumulation).
-        loss_raw, weighted_sums, heads = self._forward_backward(x0, t, w_is, noise)
+        loss_raw, weighted_sums, heads = self._forward_backward(x0, t, w_is, noise, y)
 
         # Optimizer step, EMA, sampler update.
         if self.cfg.optim.grad_clip is not None:
@@ -245,7 +262,7 @@ class TrainStep:
         # float64, summed in the order train()'s log sums it: the logged loss of a one-step interval equals it bitwise
         return StepOutput(t, loss_raw, torch.stack(weighted_sums).double().sum() / (self.batch_gpu * self.rounds))
 
-    def _micro_batches(self, x0: Tensor, t: Tensor, w_is: Tensor, noise: Tensor
+    def _micro_batches(self, x0: Tensor, t: Tensor, w_is: Tensor, noise: Tensor, y: Tensor | None = None
                        ) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
         """Forward and backward of each micro-batch; gradients are summed into ``.grad``.
 
@@ -257,7 +274,8 @@ class TrainStep:
             mb = slice(r * self.batch_gpu, (r + 1) * self.batch_gpu)
             sync = self.ddp is None or r == self.rounds - 1  # DDP all-reduces only after the last one
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                out = self.loss_fn(x0[mb], t[mb], noise[mb])
+                out = (self.loss_fn(x0[mb], t[mb], noise[mb]) if y is None
+                       else self.loss_fn(x0[mb], t[mb], noise[mb], y[mb]))
                 weighted = out.loss * w_is[mb] * self.weight_table[t[mb]]
                 (weighted.sum() / n).backward()
             losses_raw.append(out.loss.detach())
@@ -265,7 +283,7 @@ class TrainStep:
             heads.append(out.head)
         return torch.cat(losses_raw), weighted_sums, heads
 
-    def _forward_backward(self, x0: Tensor, t: Tensor, w_is: Tensor, noise: Tensor):
+    def _forward_backward(self, x0: Tensor, t: Tensor, w_is: Tensor, noise: Tensor, y: Tensor | None = None):
         """:meth:`_micro_batches`, falling back to eager mode if the compiled network fails.
 
         ``torch.compile`` compiles lazily: a backend that cannot build a kernel (no compiler,
@@ -274,11 +292,11 @@ class TrainStep:
         global RNG (dropout) is rewound, and the same micro-batches are redone with the eager
         network, so the run continues exactly as an eager run would have."""
         if not self.check_compile:
-            return self._micro_batches(x0, t, w_is, noise)
+            return self._micro_batches(x0, t, w_is, noise, y)
         cpu_rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
         try:
-            result = self._micro_batches(x0, t, w_is, noise)
+            result = self._micro_batches(x0, t, w_is, noise, y)
         except Exception as exc:  # noqa: BLE001 - any backend failure falls back to eager
             log.warning("torch.compile failed at the first training step (%s: %s); training eagerly",
                         type(exc).__name__, (str(exc).strip().splitlines() or [""])[0][:500])
@@ -288,7 +306,7 @@ class TrainStep:
                 torch.cuda.set_rng_state(cuda_rng, self.device)
             self.fwd = self.ddp or self.net
             self.loss_fn = _loss_fn(self.fwd, self.diffusion, self.prediction, self.autocast)
-            result = self._micro_batches(x0, t, w_is, noise)
+            result = self._micro_batches(x0, t, w_is, noise, y)
         self.check_compile = False
         return result
 
@@ -336,7 +354,8 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
     optimizer = make_optimizer(net.parameters(), cfg.optim, device, schedule)
     ema = EMA(net, tc.ema_halflife_kimg, tc.ema_rampup_ratio)
     stream = IndexStream(len(data), seed=tc.seed)
-    gen = StepGenerators(tc.seed, device)  # flips, t, noise: one stream each (paired arms)
+    gen = StepGenerators(tc.seed, device)  # flips, t, noise, label dropout: one stream each (paired arms)
+    conditioning = class_conditioning(cfg, data, net)  # labels, num_classes, class_dropout
 
     ddp = None
     if world.distributed:
@@ -351,4 +370,25 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
         guard=NonFiniteGuard(device, batch_gpu * rounds), batch_gpu=batch_gpu, rounds=rounds,
         shard=world.shard(tc.batch_size), channels_last=channels_last, autocast=autocast,
         vlb_fn=_vlb_fn(net, diffusion, prediction, autocast), loss_fn=_loss_fn(fwd, diffusion, prediction, autocast),
-        check_compile=fwd is not eager, lr=lr, beta1=beta1)
+        check_compile=fwd is not eager, lr=lr, beta1=beta1, **conditioning)
+
+
+def class_conditioning(cfg: RunConfig, data: PreparedData | LatentData, net: nn.Module) -> dict[str, Any]:
+    """:class:`TrainStep`'s ``labels`` (the data's classes, long ``[N]`` on the host),
+    ``num_classes`` and ``class_dropout`` for a class-conditional network (``net.num_classes`` >
+    0); ``labels`` None for an unconditional one, which never sees labels (CIFAR-10's
+    unconditional UNets train on a labelled folder). :class:`ConfigError` naming the key when a
+    class-conditional network gets a folder without labels, or labels outside ``[0, num_classes)``."""
+    num_classes = int(getattr(net, "num_classes", 0) or 0)
+    if num_classes <= 0:
+        return {"labels": None, "num_classes": 0, "class_dropout": 0.0}
+    if data.labels is None:
+        raise ConfigError(f"model.params.num_classes: {num_classes} makes the model class-conditional, but "
+                          f"{cfg.data.path} has no class labels (CelebA-HQ and FFHQ have none); set num_classes: 0 "
+                          f"for an unconditional model")
+    labels = torch.from_numpy(np.asarray(data.labels).astype(np.int64))
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= num_classes:
+        raise ConfigError(f"model.params.num_classes: {num_classes}, but {cfg.data.path} holds labels {lo}..{hi}; "
+                          f"set num_classes to the data's number of classes")
+    return {"labels": labels, "num_classes": num_classes, "class_dropout": float(getattr(net, "class_dropout", 0.0))}

@@ -149,7 +149,7 @@ def code_summary(codes: Mapping[str, list]) -> dict[str, Any]:
 def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
     """One tidy row per metric value, with its whole protocol (docs/methods.md: every FID with how
     it was measured): tool, extractor and weights hash, sample counts, reverse sampler (its steps, eta,
-    x0 clipping and grid shift), EMA, seeds, reference."""
+    x0 clipping, grid shift and guidance scale), EMA, seeds, reference, the VAE of a latent model."""
     keys = ("metric", "value", "tool", "tool_version", "feature_extractor", "feature_weights_sha256", "label",
             "num_generated", "num_reference", "sampler", "steps", "eta", "clip_x0", "ema", "reference_file",
             "reference_sha256")
@@ -162,6 +162,7 @@ def _record(rec: Mapping[str, Any]) -> dict[str, Any]:
     code = rec.get("code") or {}
     out.update(code_commit=code.get("commit"), code_dirty=code.get("dirty"), code_source_sha256=code.get("source_sha256"),
                code_lock_sha256=code.get("lock_sha256"))
+    out["guidance_scale"] = rec.get("guidance_scale")  # classifier-free guidance (1.0: none; empty: not recorded)
     vae = rec.get("vae") or {}  # a latent model's decoder: which VAE turned its latents into the scored images
     out.update(vae_sha256=vae.get("sha256"), vae_scaling_factor=vae.get("scaling_factor"))
     arith = code.get("arithmetic") or {}  # the CPU code paths (timestep_lab.arithmetic.in_effect)

@@ -145,11 +145,15 @@ class _Counter:
 
     def steps(self, rid: str) -> int:
         """Network evaluations per sample: the scoring protocol (``evaluation.sample`` and its
-        ``sample_by_kind`` for the run's process) over the run's own ``sample``; Heun takes 2n - 1."""
+        ``sample_by_kind`` for the run's process) over the run's own ``sample``; Heun takes 2n - 1;
+        classifier-free guidance (``guidance_scale`` != 1) evaluates the network twice per step
+        (the conditional and the null-class rows of one doubled batch)."""
         config = self.plan.runs[rid]
         sample = {**(config.get("sample") or {}), **eval_sample(self.plan.evaluation, config)}
         cfg = self.cfg(rid)
-        return make_solver(sample.get("method", cfg.sample.method)).evaluations(build_diffusion(cfg), sample.get("steps"))
+        guided = 2 if float(sample.get("guidance_scale", cfg.sample.guidance_scale)) != 1.0 else 1
+        return guided * make_solver(sample.get("method", cfg.sample.method)).evaluations(build_diffusion(cfg),
+                                                                                           sample.get("steps"))
 
     def tools(self, rid: str | None = None) -> int:
         """FID tools that each extract their own features: the run's ``eval.tools``; without a run
