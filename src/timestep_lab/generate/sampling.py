@@ -32,6 +32,7 @@ from timestep_lab.checkpoints import load_for_inference
 from timestep_lab.config import SampleConfig
 from timestep_lab.data import to_float, to_uint8
 from timestep_lab.latents import latent_decoder
+from timestep_lab.models.conditioning import NONE, Conditioning
 from timestep_lab.processes.predictions import MixedPrediction, Prediction
 from timestep_lab.processes.solvers import SPACINGS, Chain, GroundTruth, make_solver, respaced_timesteps, reverse_step
 
@@ -72,22 +73,26 @@ class StackedGenerator:
 
 @dataclass
 class Denoiser:
-    """The network plus its prediction type: ``(x_t, t) -> (x0_hat, eps_hat)``, ``t`` original
-    timesteps. ``clip_x0`` clamps x0_hat to [-1, 1] and recomputes eps_hat from it."""
+    """The network plus its prediction type: ``(x_t, t[, cond]) -> (x0_hat, eps_hat)``, ``t``
+    original timesteps. ``clip_x0`` clamps x0_hat to [-1, 1] and recomputes eps_hat from it. A
+    conditioned network (``conditioning``, e.g. ``lowres``) needs ``cond [B, C', H, W]``, the
+    condition of the images the chain makes (a missing one is a ValueError saying so)."""
 
     model: nn.Module
     prediction: Prediction
     diffusion: Any  # GaussianDiffusion or RectifiedFlow
     clip_x0: bool = True
     autocast: Callable[[], Any] | None = None
+    conditioning: Conditioning = NONE
 
     @torch.no_grad()
-    def __call__(self, x_t: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+    def __call__(self, x_t: Tensor, t: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        inp = self.conditioning.network_input(x_t, cond)
         if self.autocast is not None:
             with self.autocast():
-                out = self.model(x_t, t)
+                out = self.model(inp, t)
         else:
-            out = self.model(x_t, t)
+            out = self.model(inp, t)
         x0_hat, eps_hat = self.prediction.estimates(out.float(), x_t, t, self.diffusion)
         if self.clip_x0:
             x0_hat = x0_hat.clamp(-1.0, 1.0)
@@ -200,7 +205,8 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
     solver = make_solver(cfg.method)
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else None
     clip_x0 = resolved_clip_x0(cfg, diffusion)
-    denoise = Denoiser(loaded.net, prediction, diffusion, clip_x0=clip_x0, autocast=autocast)
+    denoise = Denoiser(loaded.net, prediction, diffusion, clip_x0=clip_x0, autocast=autocast,
+                       conditioning=loaded.conditioning)
     n = cfg.num_samples
     gt = None
     if gt_images is not None:

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from timestep_lab.components import (
+    build_conditioning,
     build_diffusion,
     build_model,
     build_prediction,
@@ -46,6 +47,7 @@ from timestep_lab.config import RunConfig
 from timestep_lab.data import IndexStream, Loader, PreparedData
 from timestep_lab.distributed import World, resolve_device
 from timestep_lab.latents import LatentData, LatentLoader, open_training_data
+from timestep_lab.models.conditioning import NONE, Conditioning
 from timestep_lab.optim import EMA, make_optimizer, make_schedule
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import Prediction
@@ -56,19 +58,22 @@ __all__ = ["StepGenerators", "StepOutput", "TrainStep", "build_train_step"]
 log = logging.getLogger(__name__)
 
 
-def _loss_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable):
-    """``f(x0, t, noise) -> LossOutput`` for one micro-batch."""
+def _loss_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable,
+             conditioning: Conditioning = NONE):
+    """``f(x0, t, noise) -> LossOutput`` for one micro-batch; the network sees
+    ``conditioning.network_input(x_t, conditioning.condition(x0))`` (``x_t`` itself for ``none``)."""
 
     def fn(x0: Tensor, t: Tensor, noise: Tensor):
         x_t = diffusion.q_sample(x0, t, noise)
         with autocast():
-            out = model(x_t, t)
+            out = model(conditioning.network_input(x_t, conditioning.condition(x0)), t)
         return prediction.loss(out, x0, noise, x_t, t, diffusion)
 
     return fn
 
 
-def _vlb_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable):
+def _vlb_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable,
+            conditioning: Conditioning = NONE):
     """``f(x0, t, noise) -> [B]`` VLB term in bits/dim with the current weights, no gradient,
     dropout off (used by loss-aware samplers)."""
 
@@ -79,7 +84,7 @@ def _vlb_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Predicti
         try:
             x_t = diffusion.q_sample(x0, t, noise)
             with autocast():
-                out = model(x_t, t)
+                out = model(conditioning.network_input(x_t, conditioning.condition(x0)), t)
             x0_hat, _ = prediction.estimates(out, x_t, t, diffusion)
             # as the adaptive sampler's official code: the x0 estimate unclipped and the KL term
             # at t = 0 (docs/methods.md §1.4); clipping shrinks the terms at large t up to 100x
@@ -350,5 +355,6 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
         schedule=schedule, ema=ema, stream=stream, gen=gen, acc=Accumulators(device),
         guard=NonFiniteGuard(device, batch_gpu * rounds), batch_gpu=batch_gpu, rounds=rounds,
         shard=world.shard(tc.batch_size), channels_last=channels_last, autocast=autocast,
-        vlb_fn=_vlb_fn(net, diffusion, prediction, autocast), loss_fn=_loss_fn(fwd, diffusion, prediction, autocast),
+        vlb_fn=_vlb_fn(net, diffusion, prediction, autocast, build_conditioning(cfg)),
+        loss_fn=_loss_fn(fwd, diffusion, prediction, autocast, build_conditioning(cfg)),
         check_compile=fwd is not eager, lr=lr, beta1=beta1)
