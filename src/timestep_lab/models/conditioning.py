@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from timestep_lab.config import ConfigError
+from timestep_lab.errors import InputError
 from timestep_lab.registry import NoParams, Registry, check_range
 
 __all__ = ["CONDITIONINGS", "Conditioning", "LowresParams", "make_conditioning", "NONE"]
@@ -54,18 +56,18 @@ class Conditioning:
     def network_input(self, x_t: Tensor, cond: Tensor | None) -> Tensor:
         """``x_t`` itself (``none``) or ``cat([x_t, cond], 1)``, ``[B, C + extra, H, W]``.
 
-        :raises ValueError: a conditioned network without its condition (or one of the wrong
-            shape), or an unconditioned one given a condition."""
+        :raises InputError: a conditioned network without its condition (or one of the wrong
+            shape), or an unconditioned one given a condition (one ``error:`` line on the command line)."""
         if not self.conditioned:
             if cond is not None:
-                raise ValueError("the network is unconditioned (conditioning none) but was given a condition")
+                raise InputError("the network is unconditioned (conditioning none) but was given a condition")
             return x_t
         if cond is None:
-            raise ValueError(f"the network is conditioned (conditioning {self.name}): it needs the condition of the "
+            raise InputError(f"the network is conditioned (conditioning {self.name}): it needs the condition of the "
                              f"image it makes (e.g. the low-resolution copy), none was given")
         want = (x_t.shape[0], self.extra_channels(x_t.shape[1]), *x_t.shape[2:])
         if tuple(cond.shape) != want:
-            raise ValueError(f"conditioning {self.name}: the condition is {list(cond.shape)}, x_t {list(x_t.shape)} "
+            raise InputError(f"conditioning {self.name}: the condition is {list(cond.shape)}, x_t {list(x_t.shape)} "
                              f"needs {list(want)}")
         return torch.cat([x_t, cond.to(device=x_t.device, dtype=x_t.dtype)], dim=1)
 
@@ -89,10 +91,10 @@ def lowres(x0: Tensor, factor: int, upsample: str = "nearest") -> Tensor:
     ``factor x factor`` block spread back over it (nearest) or interpolated (bilinear,
     ``align_corners=False``). Deterministic; values stay in ``x0``'s range.
 
-    :raises ValueError: ``H`` or ``W`` not a multiple of ``factor`` (naming the key)."""
+    :raises ConfigError: ``H`` or ``W`` not a multiple of ``factor`` (naming the key)."""
     H, W = x0.shape[-2:]
     if H % factor or W % factor:
-        raise ValueError(f"conditioning.params.factor: {factor} does not divide the image size {H}x{W}")
+        raise ConfigError(f"conditioning.params.factor: {factor} does not divide the image size {H}x{W}")
     small = F.avg_pool2d(x0, factor)
     if upsample == "nearest":
         return F.interpolate(small, size=(H, W), mode="nearest")
