@@ -237,10 +237,11 @@ def make_results(root: Path) -> Synthetic:
             row["minus_none"] = {"value": fid - 117.3, "ci": [fid - 117.3 - 3, fid - 117.3 + 3]}
         arm_rows.append(row)
     (res / "analyses" / "contribution.json").write_text(json.dumps({
-        "format": "timestep_lab.contribution/1", "label": LABEL, "num_samples": 359,
+        "format": "timestep_lab.contribution/2", "label": LABEL, "num_samples": 359,
         "chain": {"method": "ddpm", "steps": T, "num_timesteps": T, "eta": None, "spacing": "uniform", "final_step": 0,
                   "min_steps": 3, "timesteps": list(range(T))},
-        "model": {"model": "m.pt", "model_sha256": "0", "model_format": "timestep_lab", "nimg": 48000},
+        "model": {"model": "m.pt", "model_sha256": "0", "model_format": "timestep_lab", "nimg": 48000,
+                  "conditioning": {"name": "lowres", "params": {"factor": 2, "upsample": "nearest"}}},
         "bootstrap": {"replicates": 200, "seed": 0, "level": 0.95, "interval": "bootstrap"}, "arms": arm_rows}))
     syn.expect["contribution"] = {label: fid for label, _, _, _, _, fid, _, _ in arms}
     # ------------------------------------------------------------------ prediction types

@@ -173,15 +173,16 @@ def test_flow_runs_are_counted_with_their_ode_solver():
 
 def test_tiny_study_worked_by_hand():
     plan = plan_from_dict(TINY, "tiny.yaml")
-    assert sorted(plan.runs) == ["reference", "speed_none_eps_b64_linear_s0", "uniform_none_eps_b64_linear_s0"]
+    # superres: the contribution's super-resolution model, the base run conditioned on a 2x2 copy (factor 4)
+    assert sorted(plan.runs) == ["reference", "speed_none_eps_b64_linear_s0", "superres", "uniform_none_eps_b64_linear_s0"]
     rules = {r.rule: r for r in rule_costs(plan)}
     jobs = {k: r.jobs for k, r in rules.items()}
-    assert jobs == {"prepare_data": 2, "run_config": 3, "train": 3, "train_features": 1, "reference_stats": 1,
+    assert jobs == {"prepare_data": 2, "run_config": 4, "train": 4, "train_features": 1, "reference_stats": 1,
                     "floor": 1, "sample_score": 3, "evaluate_progress": 2, "collect": 1, "profile_losses": 1,
                     "slots": 1, "contribution": 1, "posterior": 1, "verdicts": 1, "report": 3, "estimate": 1,
                     "index": 1, "all": 1}  # the DAG's (snakemake -n): no group, no report of it (report.smk REPORT_NEEDS)
-    # train: 1000 images at batch 64 -> 16 steps = 1024 images per run; the reference 2000 at 128 -> 2048
-    assert rules["train"].images_trained == 2 * 1024 + 2048 == rules["train"].evaluations
+    # train: 1000 images at batch 64 -> 16 steps = 1024 images per run (superres too); the reference 2000 at 128 -> 2048
+    assert rules["train"].images_trained == 3 * 1024 + 2048 == rules["train"].evaluations
     # snapshots every 500 images: crossed at 512 and 1024 (the last step) -> 2 points per followed run
     assert rules["evaluate_progress"].images_sampled == 2 * 2 * 50
     assert rules["evaluate_progress"].evaluations == 2 * 2 * 50 * 10  # DDIM-10
@@ -190,8 +191,9 @@ def test_tiny_study_worked_by_hand():
     assert rules["profile_losses"].evaluations == 11 * 10 + 2 * 3
     # no ranges: "none" and "final" from one T-step DDPM chain (the default), 500 samples
     assert rules["contribution"].evaluations == 500 * 100 and rules["contribution"].images_sampled == 2 * 500
-    net = network_cost(plan.runs["reference"], 8, 1)
-    assert rules["train"].flops == (2 * 1024 + 2048) * net.train
+    net, sr = network_cost(plan.runs["reference"], 8, 1), network_cost(plan.runs["superres"], 8, 1)
+    assert sr.train > net.train  # its first convolution reads the image and its low-resolution copy
+    assert rules["train"].flops == pytest.approx((2 * 1024 + 2048) * net.train + 1024 * sr.train)
     # sampling (DDIM-10) and both tools' feature passes of the same 100 images per run, one job each
     dcnn = extractor_flops("digits-cnn")
     assert rules["sample_score"].flops == 3 * 100 * 10 * net.forward + 3 * 100 * 2 * dcnn
@@ -201,18 +203,21 @@ def test_tiny_study_worked_by_hand():
 
     assert priced["train"].basis == "train: measured MFU"  # the MFU measured on the H200, carried to this network
     row = next(r for r in MEASURED if (r["device"], r["precision"], r["work"]) == ("h200", "bf16", "train"))
-    measured_ips = row["images_per_s"] * row["flops_per_image"] / net.train  # H100 peak = H200 peak
-    ips = sorted(a.images_per_s for a in scaled_anchors("train", net.train, "h100", "bf16", "unet"))
-    assert len(ips) == 3  # two fp32 anchors and one mixed-precision one apply to a bf16 step: the range
-    assert priced["train"].gpu_hours == pytest.approx((2 * 1024 + 2048) / measured_ips / 3600)
-    assert (priced["train"].low, priced["train"].high) == pytest.approx(
-        ((2 * 1024 + 2048) / max(ips[2], measured_ips) / 3600, (2 * 1024 + 2048) / ips[0] / 3600))
+
+    def hours(n: int, flops: float) -> tuple[float, float, float]:
+        measured_ips = row["images_per_s"] * row["flops_per_image"] / flops  # H100 peak = H200 peak
+        ips = sorted(a.images_per_s for a in scaled_anchors("train", flops, "h100", "bf16", "unet"))
+        assert len(ips) == 3  # two fp32 anchors and one mixed-precision one apply to a bf16 step: the range
+        return n / measured_ips / 3600, n / max(ips[2], measured_ips) / 3600, n / ips[0] / 3600
+
+    want = [a + b for a, b in zip(hours(2 * 1024 + 2048, net.train), hours(1024, sr.train))]
+    assert (priced["train"].gpu_hours, priced["train"].low, priced["train"].high) == pytest.approx(tuple(want))
     assert priced["collect"].gpu_hours is None
     # the floor: 100 of the held-out split's 359 digits (evaluation.num_samples) through both tools
     assert rules["floor"].flops == 100 * 2 * dcnn
-    # with the `all` target, as `snakemake -n` counts: 28 (the one group's report, the loss-profile
+    # with the `all` target, as `snakemake -n` counts: 30 (the one group's report, the loss-profile
     # and contribution reports; no analysis or report of a group the study does not have)
-    assert to_json(est)["total"]["jobs"] == 28
+    assert to_json(est)["total"]["jobs"] == 30
 
 
 def test_cpu_estimate_of_every_measured_study_is_within_a_quarter_of_its_measured_cpu():

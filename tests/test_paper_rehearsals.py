@@ -28,7 +28,8 @@ FORMATS = {"cifar10": "diffusers", "celebahq": "diffusers", "imagenet": "guided_
 def check_rehearsal(root: Path, name: str) -> None:
     """Everything a finished rehearsal of config/<name>.yaml must show: every report and the
     index (with its banner), a verdict per claim with paired intervals, the pretrained reference
-    scored in its format and never trained, the contribution analysis, nothing beside the real
+    scored in its format and never trained, the contribution analysis on the super-resolution
+    model trained here, nothing beside the real
     data, and every number labelled a rehearsal's."""
     from timestep_lab.artifacts.samples_file import load_samples
     from timestep_lab.evidence.verdicts import CLAIMS
@@ -58,9 +59,13 @@ def check_rehearsal(root: Path, name: str) -> None:
     _, _, meta = load_samples(res / "runs" / "reference" / "samples.npz")
     assert meta["model_format"] == FORMATS[name] and meta["nimg"] is None
     assert not (logs / "train" / "reference.log").exists() and not (res / "runs" / "reference" / "model.pt").exists()
+    # the contribution: on the super-resolution model trained here (run superres), not on the reference
+    contribution = json.loads((res / "analyses" / "contribution.json").read_text())
+    assert contribution["model"]["conditioning"]["name"] == "lowres"
+    assert contribution["model"]["model"].endswith("runs/superres/model.pt") and contribution["model"]["nimg"] > 0
     for label in ("none", "t1-500", "t500-1000", "t10-100", "t100-500", "t1-10"):
         m = json.loads((res / "analyses" / "contribution" / label / "metrics.json").read_text())
-        assert m["label"] == "FID (rehearsal stand-in features)" and "nimg" not in m, label
+        assert m["label"] == "FID (rehearsal stand-in features)" and m["nimg"] == contribution["model"]["nimg"], label
     # its data: fake, prepared beside the rehearsal's stand-ins, never into data/prepared
     assert list((root / "rehearsal" / name / "prepared").glob("*/manifest.json"))
     assert not (root / "data" / "prepared").exists()

@@ -187,6 +187,10 @@ def test_contribution_has_the_control_and_intervals(render, synthetic):
         assert f"{fid:.2f}" in text, label
     assert "[1, 10]" in text  # the paper's best is named as the paper's
     assert f"held-out floor: {FLOOR['value']:.2f}" in text
+    # run on the super-resolution model, as the paper (issue 42), and each range beside its blend factor
+    assert "The super-resolution model (run superres, conditioning lowres: a copy average-pooled by 2" in text
+    assert "conditioned on held-out image i's low-resolution copy" in text
+    assert "[10, 100]: distance 0.387 x the model alone's, blend factor" in text
 
 
 def test_loss_profile_shows_the_floor_and_excess_slots(render, synthetic):

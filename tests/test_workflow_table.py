@@ -129,6 +129,22 @@ def test_contribution_arms_leave_out_the_final_step_and_need_steps():
     assert contribution_ranges(s)["t10-100"] == (1, 9)
 
 
+def test_the_contribution_runs_on_a_derived_superres_run():
+    """Run superres: the base run conditioned on a low-resolution copy (analyses.timestep_contribution
+    .superres), trained but not scored; its overrides apply; a study without the analysis has none."""
+    s = study()
+    assert study_runs(s)["superres"].config["conditioning"]["params"] == {"factor": 4, "upsample": "nearest"}
+    s["analyses"] = {"timestep_contribution": {"ranges": [[1, 500]], "superres": {"factor": 2,
+                                                                              "overrides": {"train.total_kimg": 3}}}}
+    runs = study_runs(s)
+    sr, base = runs["superres"], runs["reference"]  # the reference: base with no overrides here
+    assert sr.config["conditioning"] == {"name": "lowres", "params": {"factor": 2, "upsample": "nearest"}}
+    assert sr.groups == () and not sr.progress and sr.config["train"]["total_kimg"] == 3
+    assert {k: v for k, v in sr.config.items() if k not in ("conditioning", "train")} == \
+        {k: v for k, v in base.config.items() if k != "train"}
+    config_from_dict(sr.config)  # a complete, valid run config
+
+
 def test_chain_timesteps_match_the_sampler():
     from timestep_lab.generate.sampling import respaced_timesteps
     from timestep_lab.processes.timeranges import chain_timesteps

@@ -14,6 +14,7 @@ from torch import nn
 
 from timestep_lab.config import ConfigError, RunConfig
 from timestep_lab.models import MODELS
+from timestep_lab.models.conditioning import CONDITIONINGS, Conditioning, make_conditioning
 from timestep_lab.optim import OPTIM_SCHEDULES, make_schedule
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.flow import RectifiedFlow
@@ -24,7 +25,8 @@ from timestep_lab.processes.solvers import SOLVERS, make_solver
 from timestep_lab.timesteps import SAMPLERS, TimestepSampler, make_sampler
 from timestep_lab.timesteps.weighting import WEIGHTINGS, Weighting, make_weighting
 
-__all__ = ["check_config", "check_method", "build_diffusion", "build_model", "build_prediction", "build_sampler", "build_weighting"]
+__all__ = ["check_config", "check_method", "build_diffusion", "build_conditioning", "build_model", "build_prediction",
+           "build_sampler", "build_weighting"]
 
 
 def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
@@ -46,6 +48,7 @@ def check_config(cfg: RunConfig, source: str = "config") -> RunConfig:
     WEIGHTINGS.params(cfg.weighting.name, cfg.weighting.params, key="weighting.params", source=source)
     OPTIM_SCHEDULES.params(cfg.optim.schedule.name, cfg.optim.schedule.params, key="optim.schedule.params", source=source)
     MODELS.params(cfg.model.name, cfg.model.params, key="model.params", source=source)
+    CONDITIONINGS.params(cfg.conditioning.name, cfg.conditioning.params, key="conditioning.params", source=source)
     try:
         process = build_diffusion(cfg)
     except ValueError as exc:
@@ -80,12 +83,19 @@ def build_prediction(cfg: RunConfig) -> Prediction:
     return PREDICTIONS.build(cfg.diffusion.prediction, None, num_timesteps=cfg.diffusion.num_timesteps)
 
 
+def build_conditioning(cfg: RunConfig) -> Conditioning:
+    """What the network sees besides (x_t, t): ``conditioning`` (``none``: nothing)."""
+    return make_conditioning(cfg.conditioning.name, cfg.conditioning.params)
+
+
 def build_model(cfg: RunConfig, image_size: int, channels: int) -> nn.Module:
-    """The network for ``channels``-channel ``image_size`` images; output channels are
+    """The network for ``channels``-channel ``image_size`` images; input channels are
+    ``channels`` plus the conditioning's (``lowres``: 2x), output channels
     ``channels * prediction.heads`` (3x for ``mixed``)."""
     prediction = PREDICTIONS.build(cfg.diffusion.prediction, None, num_timesteps=cfg.diffusion.num_timesteps)
-    return MODELS.build(cfg.model.name, cfg.model.params, cfg=cfg.model, image_size=image_size, in_channels=channels,
-                        out_channels=channels * prediction.heads)
+    extra = build_conditioning(cfg).extra_channels(channels)
+    return MODELS.build(cfg.model.name, cfg.model.params, cfg=cfg.model, image_size=image_size,
+                        in_channels=channels + extra, out_channels=channels * prediction.heads)
 
 
 def build_sampler(cfg: RunConfig, alpha_bar: torch.Tensor, device: Any = "cpu") -> TimestepSampler:

@@ -128,11 +128,12 @@ rule interference_control:
 
 
 rule contribution:
-    """Ground-truth replacement per t range along one shared chain of the reference, with the final
-    step only as the control and "none" as the model alone (Fig. 3a; docs/methods.md 3.4): every
-    arm's samples, grid and metrics, and contribution.json with the intervals."""
+    """Ground-truth replacement per t range along one shared chain of the super-resolution model
+    (run superres), each held-out image's chain conditioned on its own low-resolution copy, with the
+    final step only as the control and "none" as the model alone (Fig. 3a, Sec. 2.1; docs/methods.md
+    3.4): every arm's samples, grid and metrics, and contribution.json with the intervals."""
     input:
-        model=model_input("reference"),
+        model=model_input(W.SUPERRES_RUN),
         gt=manifest(config["data"]["test_split"] or config["data"]["train_split"]),
         reference=f"{RES}/eval/reference.npz",
         weights=feature_weights_input(),
@@ -143,8 +144,8 @@ rule contribution:
         metrics=expand(f"{RES}/analyses/contribution/{{label}}/metrics.json", label=list(CONTRIB_RANGES)),
     params:
         arithmetic=ARITHMETIC,
-        model=lambda wc: model_path("reference"),
-        fmt=checkpoint_args("reference"),
+        model=lambda wc: model_path(W.SUPERRES_RUN),
+        fmt=checkpoint_args(W.SUPERRES_RUN),
         gt=parent_dir("gt"),
         out_dir=lambda wc, output: os.path.dirname(os.path.dirname(output.npz[0])),  # <out_dir>/<label>/samples.npz
         args=contribution_args(),

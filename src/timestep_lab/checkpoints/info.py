@@ -17,6 +17,7 @@ from typing import Any
 from torch import nn
 
 from timestep_lab.artifacts.io import ArtifactError, sha256_file
+from timestep_lab.models.conditioning import NONE, Conditioning
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import Prediction
 
@@ -26,12 +27,14 @@ __all__ = ["LoadedModel", "base_info", "count_parameters", "hash_files", "model_
 @dataclass
 class LoadedModel:
     """A network with everything needed to use it: ``net(x_t, t)``, its diffusion process and
-    prediction type, and ``info`` (image_size, channels, nimg, format, sha256, ...)."""
+    prediction type, ``info`` (image_size, channels, nimg, format, sha256, ...) and what the
+    network is conditioned on (``none`` for every foreign format)."""
 
     net: nn.Module
     diffusion: GaussianDiffusion  # or a RectifiedFlow (diffusion.kind: flow; our own files only)
     prediction: Prediction
     info: dict[str, Any]
+    conditioning: Conditioning = NONE
 
 
 def count_parameters(net: nn.Module) -> int:

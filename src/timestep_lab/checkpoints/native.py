@@ -18,7 +18,7 @@ from torch import nn
 
 from timestep_lab.artifacts.io import ArtifactError, load_torch, sha256_file
 from timestep_lab.checkpoints.info import LoadedModel, base_info, count_parameters
-from timestep_lab.components import build_diffusion, build_model, build_prediction
+from timestep_lab.components import build_conditioning, build_diffusion, build_model, build_prediction
 from timestep_lab.config import RunConfig, config_from_dict
 from timestep_lab.processes.predictions import HEADS, MixedPrediction
 
@@ -118,7 +118,7 @@ def load_native_for_inference(path: Path, *, use_ema: bool, device: Any,
             "nimg": int(meta.get("nimg", 0)), "status": meta.get("status", "ok"),
             "prediction": cfg.diffusion.prediction, "use_ema": use_ema, "config": meta.get("config"),
             "inputs": meta.get("inputs")}
-    return LoadedModel(net, diffusion, prediction, info)
+    return LoadedModel(net, diffusion, prediction, info, build_conditioning(cfg))
 
 
 def native_init_state(obj: dict, path: str, use_ema: bool) -> dict:

@@ -307,10 +307,13 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything one run needs. Defaults are the embedded digits model."""
+    """Everything one run needs. Defaults are the embedded digits model. ``conditioning``: what
+    the network sees besides (x_t, t) (:mod:`timestep_lab.models.conditioning`; ``lowres``: a
+    super-resolution model)."""
 
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    conditioning: ComponentConfig = field(default_factory=lambda: ComponentConfig("none"))
     diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
     timesteps: ComponentConfig = field(default_factory=lambda: ComponentConfig("uniform"))
     weighting: ComponentConfig = field(default_factory=lambda: ComponentConfig("none"))

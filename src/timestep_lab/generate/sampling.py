@@ -33,6 +33,7 @@ from timestep_lab.config import ConfigError, SampleConfig
 from timestep_lab.data import to_float, to_uint8
 from timestep_lab.generate.guidance import guided_output, sample_classes
 from timestep_lab.latents import latent_decoder
+from timestep_lab.models.conditioning import NONE, Conditioning
 from timestep_lab.processes.predictions import MixedPrediction, Prediction
 from timestep_lab.processes.solvers import SPACINGS, Chain, GroundTruth, make_solver, respaced_timesteps, reverse_step
 
@@ -73,8 +74,10 @@ class StackedGenerator:
 
 @dataclass
 class Denoiser:
-    """The network plus its prediction type: ``(x_t, t) -> (x0_hat, eps_hat)``, ``t`` original
-    timesteps. ``clip_x0`` clamps x0_hat to [-1, 1] and recomputes eps_hat from it.
+    """The network plus its prediction type: ``(x_t, t[, cond]) -> (x0_hat, eps_hat)``, ``t``
+    original timesteps. ``clip_x0`` clamps x0_hat to [-1, 1] and recomputes eps_hat from it. A
+    conditioned network (``conditioning``, e.g. ``lowres``) needs ``cond [B, C', H, W]``, the
+    condition of the images the chain makes (a missing one is a ValueError saying so).
 
     A class-conditional network (``num_classes`` > 0) is called with ``labels [B]`` (set per
     batch by :meth:`with_labels`) and classifier-free guidance at ``guidance_scale``
@@ -85,6 +88,7 @@ class Denoiser:
     diffusion: Any  # GaussianDiffusion or RectifiedFlow
     clip_x0: bool = True
     autocast: Callable[[], Any] | None = None
+    conditioning: Conditioning = NONE
     num_classes: int = 0
     guidance_scale: float = 1.0
     labels: Tensor | None = None
@@ -101,12 +105,13 @@ class Denoiser:
         return guided_output(self.model, x_t, t, self.labels.to(x_t.device), self.num_classes, self.guidance_scale)
 
     @torch.no_grad()
-    def __call__(self, x_t: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+    def __call__(self, x_t: Tensor, t: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        inp = self.conditioning.network_input(x_t, cond)
         if self.autocast is not None:
             with self.autocast():
-                out = self._output(x_t, t)
+                out = self._output(inp, t)
         else:
-            out = self._output(x_t, t)
+            out = self._output(inp, t)
         x0_hat, eps_hat = self.prediction.estimates(out.float(), x_t, t, self.diffusion)
         if self.clip_x0:
             x0_hat = x0_hat.clamp(-1.0, 1.0)
@@ -229,7 +234,7 @@ def generate(model_path: str | Path, out_npz: str | Path, cfg: SampleConfig, *, 
         raise ConfigError(f"sample.guidance_scale: {cfg.guidance_scale} guides a class-conditional model, but "
                           f"{model_path} is unconditional; set sample.guidance_scale: 1.0")
     denoise = Denoiser(loaded.net, prediction, diffusion, clip_x0=clip_x0, autocast=autocast,
-                       num_classes=num_classes, guidance_scale=cfg.guidance_scale)
+                       num_classes=num_classes, guidance_scale=cfg.guidance_scale, conditioning=loaded.conditioning)
     n = cfg.num_samples
     gt = None
     if gt_images is not None:

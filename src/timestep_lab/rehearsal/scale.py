@@ -362,6 +362,9 @@ def _analyses(an: Mapping[str, Any], scale: _Scaler, sizes: Sizes, base: Mapping
         tc = an["timestep_contribution"]
         out["timestep_contribution"] = {**tc, "num_samples": min(int(tc.get("num_samples", 500)), sizes.num_samples),
                                         "sample": _contribution_chain(tc.get("sample") or {}, T, sizes)}
+        if (tc.get("superres") or {}).get("overrides"):  # run superres: base's (scaled) length unless it sets its own
+            sr = out["timestep_contribution"]["superres"] = dict(tc["superres"])
+            sr["overrides"] = scale.overrides(sr["overrides"])
     return out
 
 

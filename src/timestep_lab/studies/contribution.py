@@ -1,7 +1,17 @@
 """Timestep contribution at inference (Xie & Agam, arXiv 2502.01990, Fig. 3; docs/methods.md §3.4).
 
 Fig. 3a: during reverse sampling the true x0 of a held-out image replaces the model's x0
-prediction inside a t range; the FID per range says which timesteps matter. The paper's design
+prediction inside a t range; the FID per range says which timesteps matter. The paper ran it on
+guided-diffusion's super-resolution model (Sec. 2.1), whose chain has the high-resolution image as
+its own target; so does this module: each held-out image's chain is conditioned on the
+low-resolution copy of that same image (``conds``, :mod:`timestep_lab.models.conditioning`), so the
+injected x0 is the chain's own target. (On an unconditional chain the injected image has nothing
+to do with the chain's own digit: inside a range the residual to it only shrinks by the closed-form
+blend factor ``sqrt((1 - ab_exit) / (1 - ab_enter))`` and the FIDs rank blend factors, not
+timesteps; that design is dropped. :func:`blend_factor` is that factor: on a deterministic chain
+it stays the contraction of a range that ends just above the final step on any model, the
+super-resolution one included; what changes is that "none"'s distance is the model's own error
+to the image it was asked for.) The paper's design
 is partly trivial: the last reverse step outputs the x0 estimate itself (``c1_0 = 1``,
 ``c2_0 = 0`` below), so a range that holds the final step returns the held-out image
 byte for byte, and a range that ends a few steps above it returns it up to a few levels of
@@ -30,6 +40,7 @@ large t the x0 prediction's weight c1 is tiny. :func:`posterior_coefficients` ta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -44,7 +55,7 @@ from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.timeranges import scale_range
 
 __all__ = ["posterior_coefficients", "replacement_ranges", "range_label", "ContributionArm", "contribution_arms",
-           "branched_samples", "heldout_distance"]
+           "branched_samples", "heldout_distance", "blend_factor"]
 
 
 def posterior_coefficients(diffusion: GaussianDiffusion) -> dict[str, Any]:
@@ -128,13 +139,17 @@ def contribution_arms(ranges_paper: Sequence[Sequence[int]], T: int, used: Seque
 def branched_samples(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], diffusion: GaussianDiffusion,
                      arms: Sequence[ContributionArm], *, image_shape: tuple[int, int, int], seeds: Sequence[int],
                      gt_images: Tensor, method: str = "ddpm", steps: int | None = None, eta: float = 1.0,
-                     spacing: str = "uniform", batch_size: int = 500, device: Any = "cpu") -> dict[str, np.ndarray]:
+                     spacing: str = "uniform", batch_size: int = 500, device: Any = "cpu",
+                     conds: Tensor | None = None) -> dict[str, np.ndarray]:
     """Samples of every arm from one shared chain (module docstring): ``{label: uint8 [N, H, W, C]}``.
 
     Every arm's samples equal :func:`timestep_lab.generate.sampling.reverse_loop` on the same chain with
     ``gt`` = the arm's ``replaced`` range (none for "none"), byte for byte: same seeds, same noise.
 
     :param gt_images: float ``[N, C, H, W]`` in [-1, 1], one held-out image per seed.
+    :param conds: ``[N, C', H, W]``, the condition of each sample's chain (a super-resolution
+        model: the low-resolution copy of ``gt_images[i]``), passed per chunk as
+        ``denoise(x, t, cond=...)``; None for an unconditioned ``denoise(x, t)``.
     """
     if method not in ("ddpm", "ddim"):
         raise ValueError(f"method must be ddpm or ddim, got {method!r}")
@@ -148,6 +163,7 @@ def branched_samples(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
     for start in range(0, len(seeds), batch_size):
         chunk = list(seeds[start:start + batch_size])
         gt_x0 = gt_images[start:start + len(chunk)].to(device)
+        den = denoise if conds is None else partial(denoise, cond=conds[start:start + len(chunk)].to(device))
         base_noise = StackedGenerator(chunk, "cpu")
         branches: dict[str, tuple[Tensor, StackedGenerator, GroundTruth | None]] = {
             "none": (base_noise.randn(image_shape, to=device), base_noise, None)}
@@ -157,11 +173,28 @@ def branched_samples(denoise: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
                     x, noise, _ = branches["none"]
                     branches[a.label] = (x.clone(), noise.clone(), GroundTruth(gt_x0, *a.replaced))
             for label, (x, noise, gt) in branches.items():
-                branches[label] = (reverse_step(denoise, diffusion, chain, i, x, noise, method=method, eta=eta, gt=gt),
+                branches[label] = (reverse_step(den, diffusion, chain, i, x, noise, method=method, eta=eta, gt=gt),
                                    noise, gt)
         for a in arms:
             out[a.label].append(to_uint8(branches[a.label][0]).permute(0, 2, 3, 1).cpu().numpy())
     return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def blend_factor(diffusion: GaussianDiffusion, chain_used: Sequence[int], lo: int, hi: int) -> float:
+    """The unconditional design's artefact: a DDIM (eta = 0) chain whose x0 is replaced inside the
+    original timesteps ``[lo, hi]`` keeps only ``sqrt((1 - ab_exit) / (1 - ab_enter))`` of its
+    residual to the injected image, ``ab_enter`` at the range's highest chain step and ``ab_exit``
+    at the step the chain leaves it for (1 for x0 itself): eps is recomputed from the injected x0
+    at every step inside, so ``x - sqrt(ab) x0_gt`` scales with ``sqrt(1 - ab)``. On an
+    unconditional chain every range's distance was about this factor times the "none" arm's, so
+    the FIDs ranked blend factors, not timesteps (issue 42); on any chain a range that ends just
+    above the final step contracts by it exactly (tests/test_conditioning.py)."""
+    used = [int(u) for u in chain_used]
+    inside = [i for i, u in enumerate(used) if lo <= u <= hi]
+    ab = diffusion.alpha_bar
+    enter = float(ab[used[max(inside)]])
+    exit_ = float(ab[used[min(inside) - 1]]) if min(inside) > 0 else 1.0
+    return float(((1.0 - exit_) / (1.0 - enter)) ** 0.5)
 
 
 def heldout_distance(images_uint8_nhwc: np.ndarray, heldout_uint8_nhwc: np.ndarray) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from timestep_lab.studies.contribution import branched_samples, contribution_arm
 
 __all__ = ["CONTRIBUTION_FORMAT", "run_contribution"]
 
-CONTRIBUTION_FORMAT = "timestep_lab.contribution/1"
+CONTRIBUTION_FORMAT = "timestep_lab.contribution/2"  # /2: run on a conditioned (super-resolution) model
 
 
 def _interval(values: np.ndarray, level: float = 0.95, replicates: int = 200, seed: int = 0) -> dict[str, Any]:
@@ -51,28 +51,36 @@ def run_contribution(model: str | Path, heldout: np.ndarray, reference: str | Pa
     """Sample every arm of :func:`~timestep_lab.studies.contribution.contribution_arms` from
     ``model`` (EMA weights, x0 clipped) and score it; writes ``out_dir/<label>/{samples.npz,
     samples.png, metrics.json}`` and ``out_json``. Sample ``i`` uses seed ``seed_base + i`` and
-    held-out image ``i``; ``num_samples`` is capped at the number of held-out images."""
+    held-out image ``i``: its chain is conditioned on that image's low-resolution copy and the
+    image is what the ranges inject (``model`` must be a conditioned, super-resolution model:
+    :class:`InputError` otherwise); ``num_samples`` is capped at the number of held-out images."""
     device = torch.device(device)
     ref = load_reference(reference)  # a missing reference fails before any sampling
     m = load_for_inference(model, fmt, use_ema=True, device=device, image_size=image_size)
     want = (int(m.info["image_size"]), int(m.info["image_size"]), int(m.info["channels"]))
     if tuple(heldout.shape[1:]) != want:  # else a convolution's error after the chain has run
         raise InputError(f"held-out images are {list(heldout.shape[1:])} (H, W, C), the model {model} makes {list(want)}")
+    if not m.conditioning.conditioned:  # the unconditional design ranks blend factors (studies.contribution)
+        raise InputError(f"{model}: the contribution analysis runs on a super-resolution model (conditioning "
+                         f"lowres, the study's run superres), whose chain has the injected image as its own "
+                         f"target; this model is unconditioned")
     diffusion = m.diffusion
     chain = Chain.of(diffusion, steps, spacing)
     arms = contribution_arms(ranges, diffusion.T, [int(u) for u in chain.used], min_steps=min_steps)
     n = min(int(num_samples), len(heldout))
     seeds = list(range(seed_base, seed_base + n))
     shape = (int(m.info["channels"]), int(m.info["image_size"]), int(m.info["image_size"]))
-    denoise = Denoiser(m.net, m.prediction, diffusion, clip_x0=True)
-    images = branched_samples(denoise, diffusion, arms, image_shape=shape, seeds=seeds,
-                              gt_images=heldout_float(heldout, n), method=method, steps=steps, eta=eta,
-                              spacing=spacing, batch_size=batch_size, device=device)
+    denoise = Denoiser(m.net, m.prediction, diffusion, clip_x0=True, conditioning=m.conditioning)
+    gt = heldout_float(heldout, n)
+    images = branched_samples(denoise, diffusion, arms, image_shape=shape, seeds=seeds, gt_images=gt,
+                              method=method, steps=steps, eta=eta, spacing=spacing, batch_size=batch_size,
+                              device=device, conds=m.conditioning.condition(gt))
     held = np.asarray(heldout[:n])
     meta = {"model": str(model), "model_sha256": m.info["sha256"], "model_format": fmt, "nimg": m.info.get("nimg"),
             "status": m.info.get("status", "ok"), "method": method, "steps": len(chain), "num_timesteps": diffusion.T,
             "eta": eta if method == "ddim" else None, "spacing": spacing, "use_ema": m.info.get("use_ema"), "clip_x0": True,
-            "seed_range": [seeds[0], seeds[-1]], "num_samples": n, "prediction": m.info.get("prediction")}
+            "seed_range": [seeds[0], seeds[-1]], "num_samples": n, "prediction": m.info.get("prediction"),
+            "conditioning": (m.info.get("config") or {}).get("conditioning")}
     rows, feats, scores = [], {}, {}
     for arm in arms:
         row, feats[arm.label], scores = _score_arm(arm, images[arm.label], held, seeds, meta, ref, Path(out_dir),
@@ -121,7 +129,7 @@ def _result(rows: list[dict[str, Any]], boot: dict[str, Any], label: str, meta: 
         "chain": {"method": meta["method"], "steps": len(chain), "num_timesteps": meta["num_timesteps"],
                   "eta": meta["eta"], "spacing": meta["spacing"], "timesteps": [int(u) for u in chain.used],
                   "final_step": int(chain.used[0]), "min_steps": int(min_steps)},
-        "model": {k: meta[k] for k in ("model", "model_sha256", "model_format", "nimg")},
+        "model": {k: meta[k] for k in ("model", "model_sha256", "model_format", "nimg", "conditioning")},
         "bootstrap": {k: boot[k] for k in ("replicates", "seed", "level", "interval")},
         "units": {"fid": label, "rms_to_heldout": "RMS pixel distance, images scaled to [0, 1]"},
         "arms": rows,

@@ -41,7 +41,7 @@ from timestep_lab.checkpoints import (
     SNAPSHOT_FORMAT,
     load_init_weights,
 )
-from timestep_lab.components import build_model
+from timestep_lab.components import build_conditioning, build_model
 from timestep_lab.config import RunConfig, config_to_dict, dump_config
 from timestep_lab.distributed import World
 from timestep_lab.optim import EMA
@@ -294,7 +294,8 @@ class _Run:
         ema_net = build_model(self.cfg, ts.data.resolution, ts.data.channels).to(ts.device)
         ema_net.load_state_dict(ema_weights)
         return mixed_head_profile(ema_net, ts.diffusion, ts.prediction, ts.loader, ts.device,
-                                  n_images=SNAPSHOT_HEAD_IMAGES, stride=max(1, ts.diffusion.T // 20))
+                                  n_images=SNAPSHOT_HEAD_IMAGES, stride=max(1, ts.diffusion.T // 20),
+                                  conditioning=build_conditioning(self.cfg))
 
     def write_log(self) -> dict:
         """Reduce the interval's device sums over ranks (the one host sync per log interval), append
@@ -368,7 +369,8 @@ class _Run:
         if isinstance(ts.prediction, MixedPrediction) and status == "ok":
             ema_net = build_model(cfg, data.resolution, data.channels).to(ts.device)
             ema_net.load_state_dict(final["ema"])
-            errors, head = mixed_head_profile(ema_net, ts.diffusion, ts.prediction, ts.loader, ts.device)
+            errors, head = mixed_head_profile(ema_net, ts.diffusion, ts.prediction, ts.loader, ts.device,
+                                              conditioning=build_conditioning(cfg))
             final["mixed_head_errors"], final["mixed_head_per_t"] = errors, head
         save_torch(final, paths.model)
         publish(paths)

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from timestep_lab.components import (
+    build_conditioning,
     build_diffusion,
     build_model,
     build_prediction,
@@ -49,6 +50,7 @@ from timestep_lab.config import ConfigError, RunConfig
 from timestep_lab.data import IndexStream, Loader, PreparedData
 from timestep_lab.distributed import World, resolve_device
 from timestep_lab.latents import LatentData, LatentLoader, open_training_data
+from timestep_lab.models.conditioning import NONE, Conditioning
 from timestep_lab.models.dit import drop_labels
 from timestep_lab.optim import EMA, make_optimizer, make_schedule
 from timestep_lab.processes.diffusion import GaussianDiffusion
@@ -60,20 +62,24 @@ __all__ = ["StepGenerators", "StepOutput", "TrainStep", "build_train_step"]
 log = logging.getLogger(__name__)
 
 
-def _loss_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable):
-    """``f(x0, t, noise[, y]) -> LossOutput`` for one micro-batch (``y [B]``: the class labels of
-    a class-conditional network, after label dropout)."""
+def _loss_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable,
+             conditioning: Conditioning = NONE):
+    """``f(x0, t, noise[, y]) -> LossOutput`` for one micro-batch; the network sees
+    ``conditioning.network_input(x_t, conditioning.condition(x0))`` (``x_t`` itself for ``none``)
+    and, for a class-conditional network, ``y [B]``: the class labels after label dropout."""
 
     def fn(x0: Tensor, t: Tensor, noise: Tensor, y: Tensor | None = None):
         x_t = diffusion.q_sample(x0, t, noise)
         with autocast():
-            out = model(x_t, t) if y is None else model(x_t, t, y)
+            inp = conditioning.network_input(x_t, conditioning.condition(x0))
+            out = model(inp, t) if y is None else model(inp, t, y)
         return prediction.loss(out, x0, noise, x_t, t, diffusion)
 
     return fn
 
 
-def _vlb_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable):
+def _vlb_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Prediction, autocast: Callable,
+            conditioning: Conditioning = NONE):
     """``f(x0, t, noise) -> [B]`` VLB term in bits/dim with the current weights, no gradient,
     dropout off (used by loss-aware samplers)."""
 
@@ -84,7 +90,7 @@ def _vlb_fn(model: nn.Module, diffusion: GaussianDiffusion, prediction: Predicti
         try:
             x_t = diffusion.q_sample(x0, t, noise)
             with autocast():
-                out = model(x_t, t)
+                out = model(conditioning.network_input(x_t, conditioning.condition(x0)), t)
             x0_hat, _ = prediction.estimates(out, x_t, t, diffusion)
             # as the adaptive sampler's official code: the x0 estimate unclipped and the KL term
             # at t = 0 (docs/methods.md §1.4); clipping shrinks the terms at large t up to 100x
@@ -355,7 +361,7 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
     ema = EMA(net, tc.ema_halflife_kimg, tc.ema_rampup_ratio)
     stream = IndexStream(len(data), seed=tc.seed)
     gen = StepGenerators(tc.seed, device)  # flips, t, noise, label dropout: one stream each (paired arms)
-    conditioning = class_conditioning(cfg, data, net)  # labels, num_classes, class_dropout
+    classes = class_conditioning(cfg, data, net)  # labels, num_classes, class_dropout
 
     ddp = None
     if world.distributed:
@@ -369,8 +375,9 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
         schedule=schedule, ema=ema, stream=stream, gen=gen, acc=Accumulators(device),
         guard=NonFiniteGuard(device, batch_gpu * rounds), batch_gpu=batch_gpu, rounds=rounds,
         shard=world.shard(tc.batch_size), channels_last=channels_last, autocast=autocast,
-        vlb_fn=_vlb_fn(net, diffusion, prediction, autocast), loss_fn=_loss_fn(fwd, diffusion, prediction, autocast),
-        check_compile=fwd is not eager, lr=lr, beta1=beta1, **conditioning)
+        vlb_fn=_vlb_fn(net, diffusion, prediction, autocast, build_conditioning(cfg)),
+        loss_fn=_loss_fn(fwd, diffusion, prediction, autocast, build_conditioning(cfg)),
+        check_compile=fwd is not eager, lr=lr, beta1=beta1, **classes)
 
 
 def class_conditioning(cfg: RunConfig, data: PreparedData | LatentData, net: nn.Module) -> dict[str, Any]:

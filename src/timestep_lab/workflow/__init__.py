@@ -44,6 +44,7 @@ from timestep_lab.workflow.runs import (
 )
 from timestep_lab.workflow.snakefile import config_in_outputs, config_source_error, launcher, opt, schema_error_summary
 from timestep_lab.workflow.study import (
+    SUPERRES_RUN,
     check_analysis_needs,
     check_group_names,
     check_spelling,
@@ -51,6 +52,7 @@ from timestep_lab.workflow.study import (
     contribution_sample_count,
     reference_run,
     study_runs,
+    superres_run,
 )
 
 __all__ = [
@@ -62,6 +64,8 @@ __all__ = [
     "build_runs",
     "study_runs",
     "reference_run",
+    "superres_run",
+    "SUPERRES_RUN",
     "run_config",
     "run_table",
     "eval_sample",

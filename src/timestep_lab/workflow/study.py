@@ -9,7 +9,11 @@
   noise (docs/methods.md §3.2, §9.1);
 * ``toward_zero_from-<run>``: the small-batch run retrained with the ``toward_zero`` sampler
   (``analyses.batch_size``), and with ``analyses.batch_size.control: true`` its control
-  ``uniform_from-<run>``: the same continuation (images, learning rate, seed) on uniform t.
+  ``uniform_from-<run>``: the same continuation (images, learning rate, seed) on uniform t;
+* ``superres``: the super-resolution model of the timestep-contribution analysis, the base run
+  conditioned on a low-resolution copy of its target (``conditioning: lowres``;
+  ``analyses.timestep_contribution.superres``: ``factor``, ``upsample``, ``overrides``), trained
+  from scratch, as the paper's analysis ran on guided-diffusion's SR model (docs/methods.md §3.4).
 
 A run's length is spelled one way in a study config: ``train.total_kimg``, nested in ``base``
 and a dotted key of an ``overrides:`` mapping everywhere else (groups, list entries,
@@ -40,15 +44,18 @@ from timestep_lab.workflow.runs import (
     run_id,
 )
 
-__all__ = ["study_runs", "reference_run", "finetune_runs", "contribution_ranges", "contribution_sample_count",
+__all__ = ["study_runs", "reference_run", "superres_run", "SUPERRES_RUN", "finetune_runs",
+           "contribution_ranges", "contribution_sample_count",
            "check_spelling", "check_analysis_needs", "RESERVED_RUN_IDS"]
 
 # retired study-config keys -> the analysis section that now takes ``overrides: {train.total_kimg: N}``
 _RETIRED = {("slots", "finetune_kimg"): "analyses.slots", ("batch_size", "toward_zero_kimg"): "analyses.batch_size"}
 DEFAULT_DERIVED_KIMG = 8  # length of a derived run whose section sets no train.total_kimg
+SUPERRES_RUN = "superres"  # the run id of the contribution analysis' super-resolution model
+SUPERRES_DEFAULTS = {"factor": 4, "upsample": "nearest"}  # guided-diffusion's SR: 64 -> 256, a factor of 4
 #: the ids of the runs this module derives (module docstring): a group's run may not take one, or
 #: the derived run would silently replace it (or it the derived run)
-RESERVED_RUN_IDS = re.compile(r"reference|finetune_slot\d+(_s\d+)?|finetune_uniform(_s\d+)?|(toward_zero|uniform)_from-.*")
+RESERVED_RUN_IDS = re.compile(r"reference|superres|finetune_slot\d+(_s\d+)?|finetune_uniform(_s\d+)?|(toward_zero|uniform)_from-.*")
 
 
 def check_spelling(study: Mapping[str, Any], source: str = "study") -> None:
@@ -109,6 +116,22 @@ def reference_run(study: Mapping[str, Any], source: str = "study") -> Run:
     return Run("reference", default_axes(study), cfg, ("reference",), progress=progress)
 
 
+def superres_run(study: Mapping[str, Any], source: str = "study") -> Run:
+    """The super-resolution model the timestep-contribution analysis runs on (module docstring):
+    the base run's config (default axes) with ``conditioning: {name: lowres, params: {factor,
+    upsample}}`` from ``analyses.timestep_contribution.superres`` (defaults
+    :data:`SUPERRES_DEFAULTS`), then that section's ``overrides``. Every study has it, as every
+    study runs the contribution analysis (its group ``needs: always``); it is trained only when
+    the analysis is asked for. Not scored (no group): the analysis samples it conditioned."""
+    spec = (study.get("analyses") or {}).get("timestep_contribution") or {}
+    sr = spec.get("superres") or {}
+    where = f"{source}: analyses.timestep_contribution.superres"
+    cfg = run_config(study, default_axes(study), {}, where)
+    cfg["conditioning"] = {"name": "lowres", "params": {k: sr.get(k, v) for k, v in SUPERRES_DEFAULTS.items()}}
+    cfg = apply_dotted(cfg, check_overrides(sr.get("overrides"), where))
+    return Run(SUPERRES_RUN, default_axes(study), cfg, (), extra={"superres": True})
+
+
 def _derived_config(parent: Mapping[str, Any], delta: Mapping[str, Any], spec: Mapping[str, Any],
                     where: str) -> dict[str, Any]:
     """``parent`` with the analysis' fixed ``delta``, then the section's ``overrides``."""
@@ -135,12 +158,13 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
     for rid, run in runs.items():
         if RESERVED_RUN_IDS.fullmatch(rid):
             raise ConfigError(f"{source}: groups.{run.groups[0]}: run id '{rid}' is reserved for a run the analyses "
-                              f"derive (reference, finetune_slot<k>[_s<seed>], finetune_uniform[_s<seed>], "
+                              f"derive (reference, superres, finetune_slot<k>[_s<seed>], finetune_uniform[_s<seed>], "
                               f"toward_zero_from-<run>, uniform_from-<run>); give the entry another id")
     analyses = study.get("analyses") or {}
     ref = reference_run(study, source)
     runs["reference"] = ref
     runs.update(finetune_runs(study, ref, source))
+    runs[SUPERRES_RUN] = superres_run(study, source)
     bs = analyses.get("batch_size") or {}
     if bs:
         small_axes = {**default_axes(study), "batch_size": bs.get("small", 16)}

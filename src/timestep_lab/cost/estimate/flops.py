@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from timestep_lab.components import build_model, build_prediction
+from timestep_lab.components import build_conditioning, build_model, build_prediction
 from timestep_lab.config import config_from_dict
 from timestep_lab.metrics.features import FEATURE_NETS
 
@@ -67,7 +67,10 @@ def _network_key(run_json: str) -> str:
     study's estimate counted 7 networks of which 3 differ, ~1.5 CPU-s each)."""
     cfg = config_from_dict(json.loads(run_json), "estimate (network)")
     heads = build_prediction(cfg).heads  # what build_model multiplies the output channels by
-    return json.dumps({"model": dataclasses.asdict(cfg.model), "heads": heads}, sort_keys=True, default=list)
+    # what build_model adds to the input channels (lowres: the low-resolution copy)
+    cond = dataclasses.asdict(cfg.conditioning) if build_conditioning(cfg).conditioned else None
+    return json.dumps({"model": dataclasses.asdict(cfg.model), "heads": heads, **({"conditioning": cond} if cond else {})},
+                      sort_keys=True, default=list)
 
 
 #: counted networks: (:func:`_network_key`, resolution, channels) -> cost
@@ -78,7 +81,7 @@ def _count(run_json: str, resolution: int, channels: int) -> NetworkCost:
     cfg = config_from_dict(json.loads(run_json), "estimate (network)")
     with torch.device("meta"):
         net = build_model(cfg, resolution, channels).train()
-        x = torch.randn(1, channels, resolution, resolution)
+        x = torch.randn(1, channels + build_conditioning(cfg).extra_channels(channels), resolution, resolution)
         t = torch.zeros(1, dtype=torch.long)
     params = sum(p.numel() for p in net.parameters())
     fwd = count_flops(net, (x, t))
@@ -88,8 +91,8 @@ def _count(run_json: str, resolution: int, channels: int) -> NetworkCost:
 
 
 def network_cost(run_config: Mapping[str, Any], resolution: int, channels: int) -> NetworkCost:
-    """Cost of the network of a run config dict (only ``model`` and ``diffusion`` matter)."""
-    part = json.dumps({k: run_config[k] for k in ("model", "diffusion") if k in run_config}, sort_keys=True,
+    """Cost of the network of a run config dict (only ``model``, ``diffusion`` and ``conditioning`` matter)."""
+    part = json.dumps({k: run_config[k] for k in ("model", "diffusion", "conditioning") if k in run_config}, sort_keys=True,
                       default=list)
     key = (_network_key(part), int(resolution), int(channels))
     if key not in _COSTS:
