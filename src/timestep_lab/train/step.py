@@ -34,7 +34,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -46,7 +45,7 @@ from timestep_lab.components import (
     build_sampler,
     build_weighting,
 )
-from timestep_lab.config import ConfigError, RunConfig
+from timestep_lab.config import RunConfig
 from timestep_lab.data import IndexStream, Loader, PreparedData
 from timestep_lab.distributed import World, resolve_device
 from timestep_lab.latents import LatentData, LatentLoader, open_training_data
@@ -55,6 +54,7 @@ from timestep_lab.models.dit import drop_labels
 from timestep_lab.optim import EMA, make_optimizer, make_schedule
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import Prediction
+from timestep_lab.train.classes import class_conditioning
 from timestep_lab.train.monitor import Accumulators, NonFiniteGuard, bin_of
 
 __all__ = ["StepGenerators", "StepOutput", "TrainStep", "build_train_step"]
@@ -345,8 +345,7 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
     if batch_gpu * rounds * world.size != tc.batch_size:
         raise ValueError(f"train.batch_size={tc.batch_size} is not batch_gpu={batch_gpu} x rounds x world_size={world.size}")
 
-    # Data, process, network and the research choices, all from the config.
-    # a prepared image folder, or a latent folder (fresh posterior samples per read)
+    # Data (image or latent folder: fresh posterior samples per read), process, network, research choices.
     data, loader = open_training_data(cfg.data.path, device, cfg.data.hflip)
     diffusion = build_diffusion(cfg)
     prediction = build_prediction(cfg)
@@ -362,6 +361,7 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
     stream = IndexStream(len(data), seed=tc.seed)
     gen = StepGenerators(tc.seed, device)  # flips, t, noise, label dropout: one stream each (paired arms)
     classes = class_conditioning(cfg, data, net)  # labels, num_classes, class_dropout
+    cond = build_conditioning(cfg)  # what the network sees beside x_t (none: x_t alone)
 
     ddp = None
     if world.distributed:
@@ -375,27 +375,5 @@ def build_train_step(cfg: RunConfig, *, world: World = World()) -> TrainStep:
         schedule=schedule, ema=ema, stream=stream, gen=gen, acc=Accumulators(device),
         guard=NonFiniteGuard(device, batch_gpu * rounds), batch_gpu=batch_gpu, rounds=rounds,
         shard=world.shard(tc.batch_size), channels_last=channels_last, autocast=autocast,
-        vlb_fn=_vlb_fn(net, diffusion, prediction, autocast, build_conditioning(cfg)),
-        loss_fn=_loss_fn(fwd, diffusion, prediction, autocast, build_conditioning(cfg)),
+        vlb_fn=_vlb_fn(net, diffusion, prediction, autocast, cond), loss_fn=_loss_fn(fwd, diffusion, prediction, autocast, cond),
         check_compile=fwd is not eager, lr=lr, beta1=beta1, **classes)
-
-
-def class_conditioning(cfg: RunConfig, data: PreparedData | LatentData, net: nn.Module) -> dict[str, Any]:
-    """:class:`TrainStep`'s ``labels`` (the data's classes, long ``[N]`` on the host),
-    ``num_classes`` and ``class_dropout`` for a class-conditional network (``net.num_classes`` >
-    0); ``labels`` None for an unconditional one, which never sees labels (CIFAR-10's
-    unconditional UNets train on a labelled folder). :class:`ConfigError` naming the key when a
-    class-conditional network gets a folder without labels, or labels outside ``[0, num_classes)``."""
-    num_classes = int(getattr(net, "num_classes", 0) or 0)
-    if num_classes <= 0:
-        return {"labels": None, "num_classes": 0, "class_dropout": 0.0}
-    if data.labels is None:
-        raise ConfigError(f"model.params.num_classes: {num_classes} makes the model class-conditional, but "
-                          f"{cfg.data.path} has no class labels (CelebA-HQ and FFHQ have none); set num_classes: 0 "
-                          f"for an unconditional model")
-    labels = torch.from_numpy(np.asarray(data.labels).astype(np.int64))
-    lo, hi = int(labels.min()), int(labels.max())
-    if lo < 0 or hi >= num_classes:
-        raise ConfigError(f"model.params.num_classes: {num_classes}, but {cfg.data.path} holds labels {lo}..{hi}; "
-                          f"set num_classes to the data's number of classes")
-    return {"labels": labels, "num_classes": num_classes, "class_dropout": float(getattr(net, "class_dropout", 0.0))}
