@@ -160,15 +160,17 @@ def test_paper_config_on_the_cluster_reads_the_pretrained_reference_and_keeps_it
     assert r.returncode == 0, r.stdout[-4000:]
     out = r.stdout
     trains = _jobs(out, "train")
-    assert len(trains) == 48 and not [j for j in trains if "wildcards: run=reference\n" in j + "\n"]
+    # 48 of the groups and analyses + superres, the contribution analysis's super-resolution model (issue 42)
+    assert len(trains) == 49 and not [j for j in trains if "wildcards: run=reference\n" in j + "\n"]
+    assert [j for j in trains if "wildcards: run=superres\n" in j + "\n"]
     assert f"results/{study}/runs/reference/" not in "".join(trains)
     (collect,) = _jobs(out, "collect")
     assert f"results/{study}/runs/reference/metrics.json" in collect
     assert f"results/{study}/runs/reference/train_log.jsonl" not in collect
     (ref,) = [j for j in _jobs(out, "sample_score") if "wildcards: run=reference\n" in j]
     assert f"sample-score --model={pretrained} --format={fmt} " in ref
-    (contribution,) = _jobs(out, "contribution")  # every arm forked from one chain of the pretrained reference
-    assert f"contribution --model={pretrained} --format={fmt} " in contribution
+    (contribution,) = _jobs(out, "contribution")  # every arm forked from one chain of the super-resolution model
+    assert f"contribution --model=results/{study}/runs/superres/model.pt " in contribution
     assert set(re.findall(r"threads: (\d+)", out)) == {"8"}
     assert set(re.findall(r"--threads[= ](\d+)", out)) == {"8"}
 
