@@ -44,9 +44,10 @@ def stage_only(wildcards):
 
 
 def stage_verdict_inputs(wildcards):
-    floor = {"floor": FLOOR} if floor_input() else {}
-    return {"metrics": f"{STAGES}/{wildcards.k}/metrics.csv", "runs": f"{STAGES}/{wildcards.k}/runs.csv",
-            "comparisons": f"{STAGES}/{wildcards.k}/comparisons.json", **verdict_analyses(), **floor}
+    """verdict_inputs with stage k's own tables and comparisons (the analyses and the floor are the study's)."""
+    stage = f"{STAGES}/{wildcards.k}"
+    return {**verdict_inputs(wildcards), "metrics": f"{stage}/metrics.csv", "runs": f"{stage}/runs.csv",
+            "comparisons": f"{stage}/comparisons.json"}
 
 
 def final_stage_files(names):
