@@ -2,8 +2,8 @@
 text checked against the numbers in that folder: no prose can go stale, every figure is drawn.
 
 The notebooks run in this process (their cells executed in order, the parameters cell followed by
-the test's values, ``display`` captured), not through papermill: the smoke study renders them
-through papermill (tests/test_pipeline.py); this checks what they *say*.
+the test's values, ``display`` captured), not through the renderer: the smoke study renders them
+(tests/test_pipeline.py); this checks what they *say*.
 """
 
 from __future__ import annotations

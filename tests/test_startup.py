@@ -12,7 +12,7 @@ from conftest import ROOT
 
 # Runs the entry in a fresh interpreter and prints whether torch was imported by the time the
 # command's own work would start (report: the notebook renderer is replaced by a probe, since
-# rendering runs papermill's kernel, a separate process) and once main() returned.
+# rendering imports what the notebook imports) and once main() returned.
 PROBE = """
 import sys
 import timestep_lab.cli as cli

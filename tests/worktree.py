@@ -38,7 +38,7 @@ PROFILE_ENV = ("TIMESTEP_LAB_SLURM_ACCOUNT", "TIMESTEP_LAB_SLURM_PARTITION", "TI
 
 def study_env(cluster=None) -> dict[str, str]:
     """Environment for snakemake and the jobs: the venv's bin first on PATH (jobs call
-    `python -m timestep_lab` and `papermill`), then the cluster's client wrappers; no outer
+    `python -m timestep_lab`), then the cluster's client wrappers; no outer
     SLURM job's variables and no site settings from the caller's shell."""
     venv_bin = ROOT / ".venv" / "bin"
     if not (venv_bin / "snakemake").exists():

@@ -1,4 +1,4 @@
-# Reports: papermill notebooks (reports/*.py, jupytext percent format) executed with the data
+# Reports: notebooks (reports/*.py, jupytext percent format) executed in the report job with the data
 # paths as parameters and converted to self-contained HTML; a jinja2 index per study.
 
 VERDICTS = f"{RES}/verdicts.json"  # every report shows the verdicts of the claims it covers

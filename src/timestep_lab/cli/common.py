@@ -278,7 +278,7 @@ def setup_torch(args: argparse.Namespace) -> None:
     arithmetic_in_effect()
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
-        os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # for child processes (papermill kernels)
+        os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # for child processes (a DataLoader worker)
 
 
 def world():

@@ -1,4 +1,4 @@
-"""The report commands: ``report`` executes a report notebook (jupytext .py) with papermill -> HTML;
+"""The report commands: ``report`` executes a report notebook (jupytext .py) in-process -> HTML;
 ``index`` renders the study's front page; ``scorecard`` puts several studies' verdicts side by side
 (the scorecard across scales).
 
@@ -27,7 +27,7 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--banner", default=None, help="a warning shown above the report (a rehearsal's: not a result)")
 
 
-@command("report", "execute a report notebook with papermill and write self-contained HTML", _report_args)
+@command("report", "execute a report notebook and write self-contained HTML", _report_args)
 def cmd_report(args: argparse.Namespace) -> int:
     """Run reports/<name>.py (jupytext) with -p NAME VALUE parameters -> HTML."""
     if not args.notebook.is_file():

@@ -7,7 +7,7 @@ A job's log (``logs/<study>/<rule>/<job>.log``, the command's stderr) ends with:
 (``... start=HOW`` when the process did not start as ``python -m timestep_lab`` starts one, named
 by whoever started it, e.g. a worker forked from a process that had imported everything: its CPU
 then has no start-up in it.) ``cpu_s`` is user + system CPU seconds of this process and of the children it waited for (a
-papermill kernel, a DataLoader worker); ``max_rss_mb`` the larger peak resident set of the two,
+DataLoader worker); ``max_rss_mb`` the larger peak resident set of the two,
 MiB. Unlike the CPU time in Snakemake's benchmark files, which samples the job's processes every
 30 s and misses what they spend after the last sample, this is exact:
 :mod:`timestep_lab.cost.measured` prefers it.

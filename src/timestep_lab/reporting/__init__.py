@@ -2,7 +2,8 @@
 
 | module | holds | must not know |
 |---|---|---|
-| ``render`` | papermill + nbconvert: a jupytext notebook -> one HTML page, no network references | what a notebook computes |
+| ``render`` | a jupytext notebook, executed, through nbconvert -> one HTML page, no network references | what a notebook computes |
+| ``execute`` | a notebook's cells run in this process (IPython's shell), outputs as a kernel records them | rendering |
 | ``index`` | the jinja2 study index: scorecard, family, floor, the papers' numbers beside ours | how numbers are computed |
 | ``notebook`` | what every ``reports/*.py`` opens with: plotting style, a group's tables | rendering; training, sampling, scoring |
 

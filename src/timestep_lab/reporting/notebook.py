@@ -1,6 +1,6 @@
 """What every report notebook (``reports/*.py``) opens with: plotting style and a group's tables.
 
-A notebook that reads the collected tables starts, after its papermill ``parameters`` cell::
+A notebook that reads the collected tables starts, after its ``parameters`` cell::
 
     setup()
     study = load_study(group, metrics_csv, runs_csv)

@@ -1,10 +1,11 @@
 """Rendering a report notebook to one self-contained HTML page.
 
 Notebook templates live in ``reports/*.py`` (jupytext percent format, no outputs; a cell tagged
-``parameters`` holds the defaults papermill overrides). :func:`render_notebook` converts one to
-``.ipynb``, executes it with papermill and converts the result with nbconvert's ``basic``
-template (no scripts), wrapped in a page with inline CSS: plots are embedded as data URIs and
-nothing is loaded from the network (docs/design.md#artifacts).
+``parameters`` holds the defaults the report job overrides). :func:`render_notebook` reads one,
+injects the parameters and executes it in this process (``execute.py``: IPython's shell, no
+kernel), then converts the result with nbconvert's ``basic`` template (no scripts), wrapped in a
+page with inline CSS: plots are embedded as data URIs and nothing is loaded from the network
+(docs/design.md#artifacts).
 
 Must not know what a notebook computes, the study index, or the results' columns.
 """
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import html
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from timestep_lab.artifacts.io import ArtifactError, atomic_write_text
+from timestep_lab.reporting.execute import CellError, execute_notebook, inject_parameters
 
 __all__ = ["render_notebook", "network_references", "PAGE_CSS"]
 
@@ -44,22 +45,18 @@ pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
 .rehearsal { background: #fff3cd; border: 2px solid #b8860b; padding: .8em 1em; margin: 1em 0; }
 """
 
-def _kernel_name() -> str:
-    """A kernel that runs this interpreter (the project's environment)."""
-    return "python3"
-
 
 def render_notebook(notebook: str | Path, out_html: str | Path, parameters: dict[str, Any] | None = None,
                     title: str | None = None, cwd: str | Path | None = None, banner: str | None = None) -> Path:
     """Execute a jupytext notebook with ``parameters`` and write self-contained HTML atomically.
 
-    The executed ``.ipynb`` is kept next to the HTML (``<name>.ipynb``) for inspection. ``banner``:
-    a warning above the report (a rehearsal's reports say that no number in them is a result).
+    The executed ``.ipynb`` is kept next to the HTML (``<name>.ipynb``) for inspection, also when a
+    cell fails. ``banner``: a warning above the report (a rehearsal's reports say that no number in
+    them is a result).
     """
-    # jupytext, papermill and nbconvert take about a second to import: only when a report renders
+    # jupytext and nbconvert take about a second to import: only when a report renders
     import jupytext
     import nbformat
-    import papermill
     from nbconvert import HTMLExporter
 
     notebook, out_html = Path(notebook), Path(out_html)
@@ -70,33 +67,29 @@ def render_notebook(notebook: str | Path, out_html: str | Path, parameters: dict
         raise ArtifactError(f"{notebook}: not a jupytext percent-format notebook ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     # a .py without jupytext's header names no kernel: it is Python all the same
-    nb.metadata.setdefault("kernelspec", {"name": _kernel_name(), "language": "python", "display_name": "Python 3"})
-    with tempfile.TemporaryDirectory(prefix="report-") as tmp:
-        src = Path(tmp) / f"{notebook.stem}.ipynb"
-        executed = Path(tmp) / f"{notebook.stem}.out.ipynb"
-        nbformat.write(nb, src)
-        try:
-            papermill.execute_notebook(str(src), str(executed), parameters=parameters or {},
-                                       kernel_name=_kernel_name(), progress_bar=False, cwd=str(cwd) if cwd else None)
-        except papermill.PapermillExecutionError as exc:  # a cell failed: keep the notebook, say where
-            kept = out_html.with_suffix(".ipynb")
-            if executed.exists():
-                atomic_write_text(kept, executed.read_text())
-            raise ArtifactError(f"{notebook}: cell {exc.exec_count} failed with {exc.ename}: "
-                                f"{str(exc.evalue).splitlines()[0] if exc.evalue else ''} (executed notebook: "
-                                f"{kept})") from None
-        result = nbformat.read(executed, as_version=4)
+    nb.metadata.setdefault("kernelspec", {"name": "python3", "language": "python", "display_name": "Python 3"})
+    inject_parameters(nb, parameters or {})
+    for i, cell in enumerate(nb.cells):  # jupytext draws random ids: the page's anchors would differ each run
+        cell.id = f"cell-{i}"
+    try:
+        execute_notebook(nb, cwd=cwd)
+    except CellError as exc:  # a cell failed: keep the notebook, say where
+        kept = out_html.with_suffix(".ipynb")
+        atomic_write_text(kept, nbformat.writes(nb))
+        raise ArtifactError(f"{notebook}: cell {exc.count} failed with {exc.ename}: "
+                            f"{exc.evalue.splitlines()[0] if exc.evalue else ''} (executed notebook: "
+                            f"{kept})") from None
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True, anchor_link_text="")
-    body, _ = exporter.from_notebook_node(result)
-    page_title = title or _first_heading(result) or notebook.stem.replace("_", " ")
+    body, _ = exporter.from_notebook_node(nb)
+    page_title = title or _first_heading(nb) or notebook.stem.replace("_", " ")
     page = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(page_title)}</title><style>{PAGE_CSS}</style></head>\n<body>\n"
             f"<p><a href=\"index.html\">&larr; study index</a></p>\n"
             + (f"<div class=\"rehearsal\" role=\"alert\">{html.escape(banner)}</div>\n" if banner else "")
             + f"{body}\n</body></html>\n")
     atomic_write_text(out_html, page)
-    atomic_write_text(out_html.with_suffix(".ipynb"), nbformat.writes(result))
+    atomic_write_text(out_html.with_suffix(".ipynb"), nbformat.writes(nb))
     return out_html
 
 

@@ -57,11 +57,11 @@ USAGE_NAME = "warm-start server"
 #: imported before the first fork, besides every timestep_lab module: what the commands import
 #: inside functions (measured: an adaptive-sampler training job imported sklearn, 1.2 CPU-s; a
 #: scoring job clean-fid's fid module and requests; every training and progress job TensorBoard's
-#: writer, 0.1-0.2 CPU-s each, ~20 CPU-s of the default study; every report job papermill,
-#: nbconvert and jupytext, 0.62 CPU-s each)
+#: writer, 0.1-0.2 CPU-s each, ~20 CPU-s of the default study; every report job nbconvert,
+#: jupytext and IPython's shell with matplotlib's inline backend, which run its notebook)
 PRELOAD = ("torch", "torchvision", "torch_fidelity", "cleanfid", "cleanfid.fid", "requests", "scipy.linalg",
            "scipy.stats", "pandas", "sklearn.datasets", "sklearn.feature_selection", "torch.utils.tensorboard",
-           "jupytext", "nbformat", "papermill", "nbconvert")
+           "jupytext", "nbformat", "nbconvert", "IPython.core.interactiveshell", "matplotlib_inline.backend_inline")
 
 
 def preload(modules: tuple[str, ...] = PRELOAD, package: str = "timestep_lab") -> list[str]:
