@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import CLUSTER_REHEARSAL, copy_worktree, slurm_args, snakemake_command, study_env
+from conftest import CLUSTER_PAIRED, CLUSTER_REHEARSAL, copy_worktree, slurm_args, snakemake_command, study_env
 from test_paper_rehearsals import check_rehearsal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]
@@ -81,7 +81,7 @@ def test_paper_rehearsal_through_slurm(slurm_cluster, cluster_rehearsal):
     assert partitions == {slurm_cluster.partition}
 
     # every report, the index with its banner, a verdict per claim, the reference read in its format
-    check_rehearsal(study.root, CLUSTER_REHEARSAL)
+    check_rehearsal(study.root, CLUSTER_REHEARSAL, CLUSTER_PAIRED)
     print(f"rehearsal of config/{CLUSTER_REHEARSAL}.yaml through SLURM: {study.seconds:.0f} s, {len(ids)} SLURM jobs")
 
 
