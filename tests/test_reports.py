@@ -281,3 +281,19 @@ def test_an_arm_and_its_sampling_shift_twin_are_two_variants(tmp_path):
     study = load_study("flow_matching", tmp_path / "m.csv", tmp_path / "r.csv")
     assert list(study.metrics["variant"]) == ["uniform+none", "uniform+none sampled at shift 3"]
     assert list(study.runs["variant"]) == ["uniform+none", "uniform+none sampled at shift 3"]
+
+
+def test_a_staged_studys_group_tables_say_their_intervals_are_not_valid_after_the_looks(synthetic, tmp_path, monkeypatch):
+    """Issue 40: after a budgeted study's stages the group reports' fixed-design intervals have
+    looked several times; the report says so above the table, and says nothing for a fixed design."""
+    from timestep_lab.reporting.notebook import SEQUENTIAL_NOTE
+
+    verdicts = json.loads(Path(synthetic.paths["verdicts"]).read_text())
+    fixed, _ = run_report("sampler_comparison", {p: synthetic.paths[k] for p, k in PARAMS["sampler_comparison"].items()},
+                          monkeypatch)
+    verdicts["family"] = {**verdicts.get("family", {}), "sequential": {"prior_sd": 3.0, "fid_tests": []}}
+    staged = tmp_path / "verdicts.json"
+    staged.write_text(json.dumps(verdicts))
+    params = {p: synthetic.paths[k] for p, k in PARAMS["sampler_comparison"].items()} | {"verdicts": str(staged)}
+    text, _ = run_report("sampler_comparison", params, monkeypatch)
+    assert SEQUENTIAL_NOTE in text and SEQUENTIAL_NOTE not in fixed

@@ -43,7 +43,8 @@ from timestep_lab.reporting.scorecard import format_difference, load_verdicts, s
 
 __all__ = ["STYLE", "Study", "in_group", "load_study", "read_log", "setup", "show_verdicts", "comparison_table",
            "claim_verdicts", "comparison_lines", "NO_CLAIM", "group_comparisons",
-           "show_comparisons", "speedup_seed_table", "show_speedup_seeds", "code_text"]
+           "show_comparisons", "speedup_seed_table", "show_speedup_seeds", "code_text", "SEQUENTIAL_NOTE",
+           "is_sequential"]
 
 
 CODE_COLUMNS = {"commit": "code_commit", "dirty": "code_dirty", "source_sha256": "code_source_sha256",
@@ -232,13 +233,29 @@ def comparison_table(study: Study, summary: str | Path | dict, verdicts: str | P
     return pd.DataFrame(rows)
 
 
+#: above a group's table when the study ran in stages (docs/methods.md §14.5)
+SEQUENTIAL_NOTE = ("_This study ran in stages and its scorecard was looked at after each: the differences and "
+                   "95% intervals below are the fixed design's t-intervals on all seeds, whose coverage does not "
+                   "hold after several looks. Only the scorecard's verdicts (anytime-valid, "
+                   "docs/methods.md §14.1) are valid readings; the table describes._")
+
+
+def is_sequential(verdicts: str | Path | dict | None) -> bool:
+    """Whether ``verdicts.json`` is a budgeted study's, judged sequentially over its stages."""
+    data = verdicts if isinstance(verdicts, dict) else load_verdicts(verdicts)
+    return bool(((data or {}).get("family") or {}).get("sequential"))
+
+
 def show_comparisons(study: Study, summary: str | Path | dict, verdicts: str | Path | dict | None = None
                      ) -> pd.DataFrame:
-    """Displays :func:`comparison_table` (or a line saying why there is none) and returns it."""
+    """Displays :func:`comparison_table` (or a line saying why there is none) and returns it; for a
+    study that ran in stages, :data:`SEQUENTIAL_NOTE` first."""
     table = comparison_table(study, summary, verdicts)
     if not len(table):
         display(Markdown("_No paired comparison: the group's baseline arm has no finished seed._"))
         return table
+    if is_sequential(verdicts):
+        display(Markdown(SEQUENTIAL_NOTE))
     display(table.style.format({"detectable |difference|": "{:.3g}"}, na_rep="n/a").hide(axis="index"))
     return table
 
