@@ -141,6 +141,23 @@ def test_fake_reference_is_read_in_its_format_and_fine_tunes_load_it(plans, name
     load_init_weights(build_model(cfg, res, 3), str(ref), use_ema=True)
 
 
+def test_the_vae_stand_in_is_a_tiny_autoencoder_kl_in_diffusers_format(tmp_path):
+    """rehearsal/<name>/vae: a random AutoencoderKL of sd-vae-ft-ema's family (2 levels) that the
+    latent path loads from its folder, 8x8 images -> 4x4x4 latents; the tiny DiT's width table is
+    DiT's published one."""
+    pytest.importorskip("diffusers")
+    from timestep_lab.latents import encode_moments, load_vae
+    from timestep_lab.models.dit import DIT_SIZES
+    from timestep_lab.rehearsal.latent import DIT_HIDDEN, tiny_hidden, write_vae
+
+    vae, info = load_vae(write_vae(tmp_path / "vae", seed=0))
+    mean, std = encode_moments(vae, torch.zeros(1, 3, 8, 8))
+    assert mean.shape == std.shape == (1, 4, 4, 4) and info.scaling_factor == pytest.approx(0.18215)
+    assert DIT_HIDDEN == {k: v.hidden for k, v in DIT_SIZES.items()}
+    xl = {"params": {"size": "XL/2"}}
+    assert tiny_hidden(864, xl) == 12 and tiny_hidden(1152 * 2, xl) == 32 and tiny_hidden(1100, xl) == 12
+
+
 def test_rehearsal_cnn_gives_both_tools_the_same_features(tmp_path):
     from timestep_lab.metrics import load_feature_extractor
     from timestep_lab.metrics.fid import cf_features, tf_features
