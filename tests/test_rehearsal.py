@@ -24,7 +24,8 @@ from timestep_lab.rehearsal.needs import real_run_needs
 from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.rehearsal.scale import SIZES, rehearsal_study
 from timestep_lab.studies.contribution import contribution_arms
-from timestep_lab.workflow import study_runs
+from timestep_lab.workflow import run_space, study_runs
+from timestep_lab.workflow.spaces import pixel_study
 
 PAPER_CONFIGS = ("cifar10", "celebahq", "imagenet")
 
@@ -90,8 +91,16 @@ def test_rehearsal_keeps_every_group_sampler_weighting_and_analysis(plans, name)
     bs = reh["analyses"]["batch_size"]
     assert bs["small"] < bs["large"] and bs["small"] in reh["groups"]["batch_size"]["grid"]["batch_size"]
     # the consistency study's narrower network stays narrower
-    widths = {r.config["model"]["channels"] for r in small.values() if "consistency" in r.groups}
-    assert len(widths) == 2 and min(widths) < reh["base"]["model"]["channels"]
+    def width(model):  # a UNet's channels, a DiT's hidden width (the latent studies)
+        return model.get("channels") or model["params"]["hidden"]
+
+    widths = {width(r.config["model"]) for r in small.values() if "consistency" in r.groups}
+    assert len(widths) == 2 and min(widths) < width(reh["base"]["model"])
+    if name != "cifar10":  # latent: a tiny DiT, the VAE stand-in, the pixel runs' UNet scaled as a pixel study's
+        assert reh["latent"]["vae"] == f"rehearsal/{name}/vae" and reh["base"]["model"]["params"]["depth"] == 1
+        assert reh["pixel"]["base"]["model"]["channel_mult"] == [1, 2] and "VAE sd-vae-ft-ema" in " ".join(
+            reh["rehearsal"]["stand_ins"])
+        assert {run_space(reh, r.config) for r in small.values() if r.groups and "reference" not in r.groups} == {"latent"}
 
 
 def test_fake_data_prepares_with_the_real_preparers(tmp_path):
@@ -127,7 +136,8 @@ def test_fake_reference_is_read_in_its_format_and_fine_tunes_load_it(plans, name
 
     reh = _rehearsal(plans[name])
     fmt, res = reh["reference"]["format"], reh["data"]["resolution"] or 32
-    ref = FAKE_REFERENCES[fmt](tmp_path / Path(reh["reference"]["pretrained"]).name, reh["base"], res, 3, 0)
+    base = pixel_study(reh)["base"]  # imagenet: the pixel runs' network (the groups train a DiT on latents)
+    ref = FAKE_REFERENCES[fmt](tmp_path / Path(reh["reference"]["pretrained"]).name, base, res, 3, 0)
     loaded = load_for_inference(ref, fmt)
     assert loaded.info["format"] == fmt and loaded.diffusion.T == 1000 and loaded.info["nimg"] is None
     x = torch.randn(2, 3, res, res)
