@@ -345,13 +345,6 @@ def batch_size_runs():
     return group_runs("batch_size")
 
 
-def prediction_data():
-    """The data the prediction-type profiles read: the prediction runs' own (one space: they differ
-    only in the prediction head), the prepared split when the study has none."""
-    runs = list(prediction_runs().values())
-    return run_data(runs[0]) if runs else manifest(config["data"]["train_split"])
-
-
 def prediction_runs():
     """{prediction type: run id} of the prediction_types group (lowest seed), unweighted runs only
     (the arms at equal per-t weighting in eps units are FID arms, not profiled)."""
