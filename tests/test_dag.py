@@ -2,7 +2,8 @@
 wiring (interference against its control over every seed, verdicts.json, every report and the
 index reading it) and the single-seed interference matrix built from the reference seed only.
 The paper configs' cluster DAG (`--profile cluster -n`, as the README submits them): a
-pretrained reference is read in its format and never trained, and jobs get the configured threads."""
+pretrained reference is read in its format and never trained, and jobs get the configured threads;
+the latent ones (imagenet, celebahq) encode their split once and train each run in its space."""
 
 from __future__ import annotations
 
@@ -148,7 +149,8 @@ def test_a_study_config_replaces_the_default_without_the_profile(plan, tmp_path)
 
 @pytest.mark.parametrize("study, fmt, pretrained", [("cifar10", "diffusers", "data/pretrained/ddpm-cifar10-32"),
                                                     ("imagenet", "guided_diffusion",
-                                                     "data/pretrained/256x256_diffusion_uncond.pt")])
+                                                     "data/pretrained/256x256_diffusion_uncond.pt"),
+                                                    ("celebahq", "diffusers", "data/pretrained/ddpm-celebahq-256")])
 def test_paper_config_on_the_cluster_reads_the_pretrained_reference_and_keeps_its_threads(repo, study, fmt,
                                                                                           pretrained):
     """The README's cluster command, dry run: the pretrained reference is scored and analysed
@@ -173,6 +175,35 @@ def test_paper_config_on_the_cluster_reads_the_pretrained_reference_and_keeps_it
     assert f"contribution --model=results/{study}/runs/superres/model.pt " in contribution
     assert set(re.findall(r"threads: (\d+)", out)) == {"8"}
     assert set(re.findall(r"--threads[= ](\d+)", out)) == {"8"}
+    if study != "cifar10":
+        _check_spaces(out, study, trains)
+
+
+def _check_spaces(out: str, study: str, trains: list[str]) -> None:
+    """A mixed latent study's cluster DAG (docs/methods.md 7.9): the training split encoded once;
+    every group's run trains on the latents, the pixel reference's fine-tunes and the SR model on
+    the prepared images; the reference's and the fine-tunes' loss profiles read the images, the
+    batch-size group's profiles and the prediction-type profiles the latents."""
+    images = f"data/prepared/{study}-256-train/manifest.json"
+    latents = f"data/prepared/{study}-256-train-latents/manifest.json"
+    (encode,) = _jobs(out, "encode_latents")
+    assert f"encode-latents --data=data/prepared/{study}-256-train --vae=data/weights/sd-vae-ft-ema " in encode
+    assert images in encode and latents in encode
+
+    def run_of(job: str) -> str:
+        return re.search(r"wildcards: run=(\S+)", job).group(1)
+
+    pixel = {run_of(j) for j in trains if images in j and latents not in j}
+    latent = {run_of(j) for j in trains if latents in j and images not in j}
+    assert pixel == {"superres", "finetune_uniform", *(f"finetune_slot{k}" for k in (3, 5, 7, 9))}
+    assert len(latent) == len(trains) - len(pixel) == 43  # the groups' 42 and the small-batch continuation
+    profiles = {run_of(j): j for j in _jobs(out, "profile_losses")}
+    on_images = {r for r, j in profiles.items() if images in j and latents not in j}
+    assert on_images == {"reference"} | pixel - {"superres"}  # the interference analysis's
+    on_latents = {r for r, j in profiles.items() if latents in j and images not in j}
+    assert on_latents == set(profiles) - on_images and "toward_zero_from-uniform_none_eps_b32_linear_s0" in on_latents
+    (predictions,) = _jobs(out, "profile_predictions")
+    assert latents in predictions and images not in predictions
 
 
 def test_a_study_config_is_the_whole_config_in_every_process(repo):

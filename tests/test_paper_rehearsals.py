@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from worktree import children_cpu_s, copy_worktree, study_env
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
@@ -73,6 +74,32 @@ def check_rehearsal(root: Path, name: str, paired: tuple[str, ...] = PAIRED) -> 
     # its data: fake, prepared beside the rehearsal's stand-ins, never into data/prepared
     assert list((root / "rehearsal" / name / "prepared").glob("*/manifest.json"))
     assert not (root / "data" / "prepared").exists()
+    if name in LATENT:
+        _check_latent(root, name, res, metrics, runs)
+
+
+LATENT = ("celebahq", "imagenet")  # the mixed studies (docs/methods.md 7.9)
+
+
+def _check_latent(root: Path, name: str, res: Path, metrics: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """A mixed study's rehearsal: its split encoded once through the VAE stand-in; every group's
+    run a DiT trained on those latents, its samples decoded through that VAE (its sha256 in every
+    metrics record); the pretrained reference and its fine-tunes, and the SR model, in pixels."""
+    from timestep_lab.artifacts.io import sha256_file
+
+    (manifest,) = (root / "rehearsal" / name / "prepared").glob("*-train-latents/manifest.json")
+    latents = json.loads(manifest.read_text())
+    vae = latents["vae"]
+    assert vae["folder"] == f"rehearsal/{name}/vae" and latents["shape"] == [4, 4, 4]
+    assert vae["sha256"] == sha256_file(root / "rehearsal" / name / "vae" / vae["weights"])
+    grouped = runs.loc[runs["groups"].notna() & (runs["run"] != "reference"), "run"]
+    scored = metrics[metrics["run"].isin(grouped)]
+    assert len(scored) and set(scored["vae_sha256"]) == {vae["sha256"]}
+    assert metrics.loc[metrics["run"] == "reference", "vae_sha256"].isna().all()  # the pixel reference
+    for rid in list(grouped)[:1] + ["finetune_uniform", "superres"]:
+        cfg = yaml.safe_load((res / "runs" / rid / "run.yaml").read_text())
+        model = cfg["model"].get("name", "unet")
+        assert (model == "dit") == (rid in set(grouped)) and cfg["data"]["path"].endswith("-latents") == (model == "dit")
 
 
 # celebahq: the real run's estimate too (~17 CPU-s: the FLOPs of its networks); imagenet without
@@ -93,5 +120,9 @@ def test_paper_config_rehearses_end_to_end(name, estimate, tmp_path):
     assert f"({FORMATS[name]} format, MISSING)" in needs
     assert "GPU(s) per training job" in needs
     assert ("GPU-hours" in needs) == estimate  # the estimate's total
+    if name in LATENT:  # the stand-in list names the VAE's, and a real run needs the VAE's folder
+        assert "rehearse: stand-in: VAE sd-vae-ft-ema: a random AutoencoderKL of its family" in out
+        assert f"rehearse: wrote rehearsal/{name}/vae" in out
+        assert "VAE: data/weights/sd-vae-ft-ema (a diffusers AutoencoderKL folder" in needs and "MISSING)" in needs
     check_rehearsal(root, name)
     print(f"rehearsal of config/{name}.yaml: {wall:.0f} s wall, {cpu:.0f} CPU-s (rehearse + snakemake + jobs)")

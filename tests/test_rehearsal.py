@@ -24,7 +24,8 @@ from timestep_lab.rehearsal.needs import real_run_needs
 from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.rehearsal.scale import SIZES, rehearsal_study
 from timestep_lab.studies.contribution import contribution_arms
-from timestep_lab.workflow import study_runs
+from timestep_lab.workflow import run_space, study_runs
+from timestep_lab.workflow.spaces import pixel_study
 
 PAPER_CONFIGS = ("cifar10", "celebahq", "imagenet")
 
@@ -90,8 +91,16 @@ def test_rehearsal_keeps_every_group_sampler_weighting_and_analysis(plans, name)
     bs = reh["analyses"]["batch_size"]
     assert bs["small"] < bs["large"] and bs["small"] in reh["groups"]["batch_size"]["grid"]["batch_size"]
     # the consistency study's narrower network stays narrower
-    widths = {r.config["model"]["channels"] for r in small.values() if "consistency" in r.groups}
-    assert len(widths) == 2 and min(widths) < reh["base"]["model"]["channels"]
+    def width(model):  # a UNet's channels, a DiT's hidden width (the latent studies)
+        return model.get("channels") or model["params"]["hidden"]
+
+    widths = {width(r.config["model"]) for r in small.values() if "consistency" in r.groups}
+    assert len(widths) == 2 and min(widths) < width(reh["base"]["model"])
+    if name != "cifar10":  # latent: a tiny DiT, the VAE stand-in, the pixel runs' UNet scaled as a pixel study's
+        assert reh["latent"]["vae"] == f"rehearsal/{name}/vae" and reh["base"]["model"]["params"]["depth"] == 1
+        assert reh["pixel"]["base"]["model"]["channel_mult"] == [1, 2] and "VAE sd-vae-ft-ema" in " ".join(
+            reh["rehearsal"]["stand_ins"])
+        assert {run_space(reh, r.config) for r in small.values() if r.groups and "reference" not in r.groups} == {"latent"}
 
 
 def test_fake_data_prepares_with_the_real_preparers(tmp_path):
@@ -127,7 +136,8 @@ def test_fake_reference_is_read_in_its_format_and_fine_tunes_load_it(plans, name
 
     reh = _rehearsal(plans[name])
     fmt, res = reh["reference"]["format"], reh["data"]["resolution"] or 32
-    ref = FAKE_REFERENCES[fmt](tmp_path / Path(reh["reference"]["pretrained"]).name, reh["base"], res, 3, 0)
+    base = pixel_study(reh)["base"]  # imagenet: the pixel runs' network (the groups train a DiT on latents)
+    ref = FAKE_REFERENCES[fmt](tmp_path / Path(reh["reference"]["pretrained"]).name, base, res, 3, 0)
     loaded = load_for_inference(ref, fmt)
     assert loaded.info["format"] == fmt and loaded.diffusion.T == 1000 and loaded.info["nimg"] is None
     x = torch.randn(2, 3, res, res)
@@ -139,6 +149,23 @@ def test_fake_reference_is_read_in_its_format_and_fine_tunes_load_it(plans, name
     write_run_config(run.config, str(out), init_from=str(ref))
     cfg = config_from_dict(load_yaml(out), "run.yaml")
     load_init_weights(build_model(cfg, res, 3), str(ref), use_ema=True)
+
+
+def test_the_vae_stand_in_is_a_tiny_autoencoder_kl_in_diffusers_format(tmp_path):
+    """rehearsal/<name>/vae: a random AutoencoderKL of sd-vae-ft-ema's family (2 levels) that the
+    latent path loads from its folder, 8x8 images -> 4x4x4 latents; the tiny DiT's width table is
+    DiT's published one."""
+    pytest.importorskip("diffusers")
+    from timestep_lab.latents import encode_moments, load_vae
+    from timestep_lab.models.dit import DIT_SIZES
+    from timestep_lab.rehearsal.latent import DIT_HIDDEN, tiny_hidden, write_vae
+
+    vae, info = load_vae(write_vae(tmp_path / "vae", seed=0))
+    mean, std = encode_moments(vae, torch.zeros(1, 3, 8, 8))
+    assert mean.shape == std.shape == (1, 4, 4, 4) and info.scaling_factor == pytest.approx(0.18215)
+    assert DIT_HIDDEN == {k: v.hidden for k, v in DIT_SIZES.items()}
+    xl = {"params": {"size": "XL/2"}}
+    assert tiny_hidden(864, xl) == 12 and tiny_hidden(1152 * 2, xl) == 32 and tiny_hidden(1100, xl) == 12
 
 
 def test_rehearsal_cnn_gives_both_tools_the_same_features(tmp_path):

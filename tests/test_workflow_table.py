@@ -426,7 +426,8 @@ def test_arms_are_told_apart_by_their_columns_alone(config):
     study_cfg = load_yaml(Path(__file__).resolve().parents[1] / "config" / config)
     runs = study_runs(study_cfg, source=config)
     base = base_columns(study_cfg)
-    assert base["channels"] == study_cfg["base"]["model"]["channels"]
+    model = study_cfg["base"]["model"]  # a UNet's channels; a DiT's explicit hidden width, else none (celebahq, imagenet)
+    assert base["channels"] == (model.get("channels") or (model.get("params") or {}).get("hidden") or None)
     assert base["total_kimg"] == study_cfg["base"]["train"]["total_kimg"] and "seed" not in base
     for group in sorted({g for r in runs.values() for g in r.groups}):
         arms: dict[tuple, set] = {}

@@ -7,7 +7,7 @@ rule profile_losses:
     """Per-timestep eps-MSE, VLB and gradient-norm variance on a fixed image and noise bank."""
     input:
         model=lambda wc: model_input(wc.run),
-        data=manifest(config["data"]["train_split"]),
+        data=lambda wc: run_data(wc.run),  # a latent run's bank is its encoded split's posterior means
     output:
         f"{RES}/analyses/profiles/{{run}}.json",
     params:
@@ -192,7 +192,7 @@ rule profile_predictions:
     one's excess over the optimal denoiser when that is profiled."""
     input:
         models=[model_path(r) for r in prediction_runs().values()],
-        data=manifest(config["data"]["train_split"]),
+        data=lambda wc: run_data(next(iter(prediction_runs().values()))),  # their space (they differ in the head only)
         optimal=optimal_inputs(),
     output:
         f"{RES}/analyses/prediction_types.json",

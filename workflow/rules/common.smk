@@ -96,12 +96,11 @@ def manifest(split):
     return os.path.join(prepared(split), "manifest.json")
 
 
-def train_data():
-    """The manifest training reads: the encoded split's on a latent study (rule encode_latents)."""
-    split = config["data"]["train_split"]
-    if W.is_latent(config):
-        return os.path.join(W.latent_dir(config["data"], split), "manifest.json")
-    return manifest(split)
+def run_data(run):
+    """The manifest of the data ``run`` trains on and is profiled on: its config's ``data.path``,
+    the encoded split for a latent run (rule encode_latents), the prepared split for a pixel one
+    (each run's space: timestep_lab.workflow.spaces)."""
+    return os.path.join(ALL_RUNS[run].config["data"]["path"], "manifest.json")
 
 
 def parent_dir(key):

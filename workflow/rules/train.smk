@@ -36,7 +36,7 @@ rule train:
     job is resubmitted (`retries`)."""
     input:
         cfg=f"{RES}/runs/{{run}}/run.yaml",
-        data=train_data(),
+        data=lambda wc: run_data(wc.run),
         init=init_model,
     output:
         model=f"{RES}/runs/{{run}}/model.pt",

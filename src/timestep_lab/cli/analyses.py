@@ -38,15 +38,21 @@ def _bank_args(p: argparse.ArgumentParser) -> None:
 
 
 def _bank_images(data: Path, info: dict):
-    """The prepared images of ``data`` for a model whose ``info`` says its image size and
-    channels; :class:`InputError` naming both when they differ (else a convolution's error)."""
+    """The prepared images of ``data`` (uint8 NHWC), or of a latent folder its scaled posterior
+    means (float NCHW, :class:`timestep_lab.latents.LatentBank`), for a model whose ``info`` says
+    its input size and channels; :class:`InputError` naming both when they differ (a pixel model
+    on latents or the reverse: else a convolution's error)."""
     from timestep_lab.data import PreparedData
+    from timestep_lab.latents import LatentBank, LatentData, is_latent_folder
 
-    images = PreparedData(data).images
-    want = (info.get("image_size"), info.get("image_size"), info.get("channels"))
-    if None not in want and tuple(images.shape[1:]) != want:
-        raise InputError(f"{data}: images are {list(images.shape[1:])} (H, W, C), the model {info.get('path')} "
-                         f"takes {list(want)}")
+    latent = is_latent_folder(data)
+    images = LatentBank(LatentData(data)) if latent else PreparedData(data).images
+    size, ch = info.get("image_size"), info.get("channels")
+    have = tuple(images.shape[1:])
+    want = (ch, size, size) if latent else (size, size, ch)
+    if None not in want and have != want:
+        raise InputError(f"{data}: {'latents' if latent else 'images'} are {list(have)} "
+                         f"({'C, H, W' if latent else 'H, W, C'}), the model {info.get('path')} takes {list(want)}")
     return images
 
 

@@ -20,7 +20,7 @@ from timestep_lab.artifacts.io import read_json, sha256_file
 from timestep_lab.data import DataError, Loader, PreparedData
 from timestep_lab.latents.encode import LATENT_ARRAYS
 
-__all__ = ["LatentData", "LatentLoader", "is_latent_folder", "open_training_data"]
+__all__ = ["LatentBank", "LatentData", "LatentLoader", "is_latent_folder", "open_training_data"]
 
 
 def is_latent_folder(path: str | Path) -> bool:
@@ -93,6 +93,27 @@ class LatentData:
         return int(self.manifest["shape"][0])
 
 
+class LatentBank:
+    """A latent folder's scaled posterior means ``s * mu``, float32 ``[N, c, h, w]``, read by rows
+    (``bank[indices]``) from the memory map: the fixed x0 of a latent model's loss and prediction
+    profiles (docs/methods.md 7.9; the mean, not a posterior sample, so the bank is the same every
+    time). ``lazy_rows`` tells :func:`timestep_lab.studies.profile.profile_bank` to index it as is."""
+
+    lazy_rows = True
+    ndim = 4
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, data: LatentData):
+        self.mean, self.scale = data.arrays["mean"], data.scaling_factor
+        self.shape = tuple(int(n) for n in self.mean.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        return (np.asarray(self.mean[rows], np.float32) * np.float32(self.scale)).astype(np.float32)
+
+
 class LatentLoader:
     """Batches of fresh latent samples: ``batch(indices, generator) -> float32 [B, c, h, w]``
     on ``device``, ``z = s * (mu + sigma * n)`` with ``n`` drawn from ``generator``; with
@@ -108,6 +129,11 @@ class LatentLoader:
 
     def __len__(self) -> int:
         return int(self.moments["mean"].shape[0])
+
+    def bank(self, indices: Tensor) -> Tensor:
+        """The fixed x0 of images ``indices``: their scaled posterior means ``s * mu``, float32
+        ``[n, c, h, w]`` on the CPU (no noise, no flip: the same every call, as :class:`LatentBank`)."""
+        return self.scale * self.moments["mean"].index_select(0, indices.to("cpu", torch.long)).float()
 
     def batch(self, indices: Tensor, generator: torch.Generator | None = None) -> Tensor:
         if generator is None:

@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     _check_dir(args.dir, root)
     paths = RehearsalPaths(str(args.dir), str(study["study"]))
     cfg = rehearsal_study(study, source=source, paths=paths, fast_features=args.fast_features)
+    for line in cfg["rehearsal"]["stand_ins"]:  # what stands in for what (the index banner's list)
+        print(f"rehearse: stand-in: {line}", flush=True)
     for line in write_stand_ins(cfg, paths, root):
         print(f"rehearse: {line}", flush=True)
     header = (f"# A rehearsal of {source}, written by `python -m timestep_lab rehearse`: the same groups, samplers,\n"

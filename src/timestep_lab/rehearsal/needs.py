@@ -39,6 +39,9 @@ def real_run_needs(study: Mapping[str, Any], root: Path) -> list[str]:
                          "(set evaluation.weights to a folder for an offline cluster)")
     else:
         lines.append(f"feature extractor: {ev['extractor']} (trained by the workflow)")
+    vae = (study.get("latent") or {}).get("vae")
+    if vae:
+        lines.append(f"VAE: {vae} (a diffusers AutoencoderKL folder, README 'Latent diffusion'; {_state(root, vae)})")
     if ref.get("pretrained"):
         lines.append(f"pretrained reference: {ref['pretrained']} ({ref.get('format', 'timestep_lab')} format, "
                      f"{_state(root, ref['pretrained'])})")

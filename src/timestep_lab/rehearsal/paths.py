@@ -42,5 +42,9 @@ class RehearsalPaths:
         return PurePosixPath(self.base) / "inception"
 
     @property
+    def vae(self) -> PurePosixPath:
+        return self.root / "vae"
+
+    @property
     def features(self) -> PurePosixPath:
         return self.root / "rehearsal-cnn.pt"

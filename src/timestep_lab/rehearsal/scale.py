@@ -23,7 +23,9 @@ What changes (:func:`rehearsal_study`), with the sizes in :data:`SIZES`:
   quadratically (every range still holds several steps; the method and eta kept);
 * seeds -> the first :attr:`Sizes.seeds` of every seed list (two: the paired intervals still exist);
   list entries keep theirs (they are the design of the consistency study);
-* widths in overrides (``model.channels``) -> the same ratio to the base width, still different.
+* widths in overrides (``model.channels``) -> the same ratio to the base width, still different;
+* a latent study (:mod:`.latent`): the VAE -> a random tiny ``AutoencoderKL`` folder, the DiT -> one
+  block 16 wide (its width arm ``model.params.hidden`` scaled alike); ``pixel.base`` as ``base``.
 
 Pure functions of dicts: no files, no torch.
 """
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Mapping
 
+from timestep_lab.rehearsal.latent import tiny_dit, tiny_hidden
 from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.workflow.study import DEFAULT_DERIVED_KIMG
 
@@ -102,7 +105,7 @@ def rehearsal_study(study: Mapping[str, Any], *, source: str, paths: RehearsalPa
     s = copy.deepcopy(dict(study))
     kimg_ratio = sizes.kimg / float(_get(study, "base", "train", "total_kimg", default=100.0))
     factor = batch_factor(study, sizes)
-    scale = _Scaler(kimg_ratio, factor, sizes, _width(study), _heads(study))
+    scale = _Scaler(kimg_ratio, factor, sizes, _width(study), _heads(study), _get(study, "base", "model", default={}))
 
     s["study"] = f"{study['study']}{REHEARSAL_SUFFIX}"
     s["resources"] = {**(study.get("resources") or {}), "device": "cpu", "threads": 1, "gpus": 0,
@@ -110,6 +113,10 @@ def rehearsal_study(study: Mapping[str, Any], *, source: str, paths: RehearsalPa
     s["data"] = _data(study["data"], paths, sizes)
     s["evaluation"] = _evaluation(study["evaluation"], paths, fast_features, sizes)
     s["base"] = _base(study.get("base") or {}, s["data"], scale, sizes)
+    if _get(study, "latent", "vae"):  # the pixel runs' section: scaled as base, its own UNet
+        s["latent"] = {**study["latent"], "vae": str(paths.vae)}
+        pixel = _get(study, "pixel", "base", default={})
+        s["pixel"] = {"base": {k: v for k, v in _base(pixel, s["data"], scale, sizes).items() if k in pixel}} if pixel else {}
     s["samplers"] = {k: scale.component(v) for k, v in (study.get("samplers") or {}).items()}
     s["weightings"] = {k: scale.component(v) for k, v in (study.get("weightings") or {}).items()}
     s["groups"] = {k: _group(g, scale, sizes) for k, g in (study.get("groups") or {}).items()}
@@ -129,6 +136,9 @@ def stand_ins(study: Mapping[str, Any], fast_features: bool) -> list[str]:
                    else "Inception-v3: random weights in both libraries' file formats")
     if ref.get("pretrained"):
         out.append(f"reference: a random {ref.get('format', 'timestep_lab')} checkpoint of the rehearsal's size")
+    if _get(study, "latent", "vae"):
+        out.append(f"VAE {PurePosixPath(str(study['latent']['vae'])).name}: a random AutoencoderKL of its family "
+                   f"(2 levels, 8 and 16 wide) in diffusers' format; DiT: one block, 16 wide")
     out.append("GPUs: the CPU, one thread per job; every network and run scaled down")
     return out
 
@@ -144,19 +154,24 @@ def _get(d: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
     return d
 
 
+def _unet(study: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The study's UNet: a latent study's pixel runs' (``pixel.base.model``), else base's."""
+    return _get(study, "pixel", "base", "model", default=None) or _get(study, "base", "model", default={})
+
+
 def _width(study: Mapping[str, Any]) -> int:
-    return int(_get(study, "base", "model", "channels", default=16))
+    return int(_unet(study).get("channels", 16))
 
 
 def _heads(study: Mapping[str, Any]) -> int:
-    return int(_get(study, "base", "model", "num_head_channels", default=-1) or -1)
+    return int(_unet(study).get("num_head_channels", -1) or -1)
 
 
 class _Scaler:
     """The value rules shared by every section: run lengths, batch sizes, widths, components."""
 
-    def __init__(self, kimg_ratio: float, batch: float, sizes: Sizes, width: int, heads: int):
-        self.kimg_ratio, self.batch_f, self.sizes = kimg_ratio, batch, sizes
+    def __init__(self, kimg_ratio: float, batch: float, sizes: Sizes, width: int, heads: int, model: Mapping[str, Any]):
+        self.kimg_ratio, self.batch_f, self.sizes, self.model = kimg_ratio, batch, sizes, model
         self.width0, self.heads = width, (min(heads, sizes.head_channels) if heads > 0 else heads)
         self.width = max(sizes.channels, self.heads) if heads > 0 else sizes.channels
         self.groups = min(16 if heads > 0 else 8, self.width)  # divides every width of the rehearsal network
@@ -201,6 +216,8 @@ class _Scaler:
             return self.batch(value)
         if key == "model.channels":
             return self.channels(value)
+        if key == "model.params.hidden":  # a DiT's width arm
+            return tiny_hidden(value, self.model)
         return copy.deepcopy(value)
 
     def overrides(self, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -255,6 +272,8 @@ _NATIVE_RESOLUTION = {"digits": 8, "cifar10": 32}  # data sets whose images have
 
 def _model(model: Mapping[str, Any], res: int, scale: _Scaler) -> dict[str, Any]:
     out = dict(model)
+    if out.get("name") == "dit":
+        return tiny_dit(out)
     if out.get("name", "unet") != "unet":  # another network (e.g. a diffusers folder): as configured
         return out
     out.update(channels=scale.width, channel_mult=[1, 2], num_res_blocks=1, norm_groups=scale.groups)

@@ -1,4 +1,4 @@
-"""Write a rehearsal's stand-ins (fake data, feature weights, pretrained reference) where its
+"""Write a rehearsal's stand-ins (fake data, feature weights, pretrained reference, VAE) where its
 config says, each once: a stand-in already on disk with the same recipe is kept, so a second
 ``rehearse`` rewrites nothing and Snakemake reruns nothing.
 
@@ -17,8 +17,10 @@ from typing import Any, Callable, Mapping
 from timestep_lab.artifacts.io import atomic_write_json
 from timestep_lab.rehearsal.fake_data import FAKE_DATA
 from timestep_lab.rehearsal.fake_weights import FAKE_REFERENCES, write_inception, write_rehearsal_cnn
+from timestep_lab.rehearsal.latent import VAE_STAND_IN, write_vae
 from timestep_lab.rehearsal.paths import RehearsalPaths
 from timestep_lab.rehearsal.scale import SIZES, Sizes
+from timestep_lab.workflow.spaces import pixel_study, reference_in_pixels
 
 __all__ = ["write_stand_ins", "image_channels"]
 
@@ -69,6 +71,11 @@ def write_stand_ins(rehearsal: Mapping[str, Any], paths: RehearsalPaths, root: P
     elif ev["extractor"] == "rehearsal-cnn":
         _once(root, ev["weights"], {"rehearsal-cnn": channels, "seed": SEED}, record,
               lambda p: write_rehearsal_cnn(p, channels, seed=SEED), done)
+    if (rehearsal.get("latent") or {}).get("vae"):  # a latent study's VAE: a tiny random AutoencoderKL folder
+        _once(root, rehearsal["latent"]["vae"], {"vae": VAE_STAND_IN, "seed": SEED}, record,
+              lambda p: write_vae(p, SEED), done)
+    if reference_in_pixels(rehearsal):  # the pixel reference is built as the pixel runs' network
+        base = pixel_study(rehearsal)["base"]
     if ref.get("pretrained"):
         res = data.get("resolution") or {"digits": 8}.get(data["dataset"], 32)
         recipe = {"reference": ref["format"], "resolution": res, "channels": channels,

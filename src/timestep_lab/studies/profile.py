@@ -59,19 +59,25 @@ PER_T_KEYS = ("eps_mse", "x0_mse", "vlb_bpd", "loss", "eps_mse_sem", "x0_mse_sem
 
 
 def _images_array(images: Any) -> Any:
-    """uint8 NHWC from a numpy array, a torch tensor or anything with ``.images`` (PreparedData)."""
+    """uint8 NHWC from a numpy array, a torch tensor or anything with ``.images`` (PreparedData);
+    or float ``[N, C, H, W]`` already in the model's space (a latent bank: the scaled posterior
+    means of an encoded split, :func:`timestep_lab.latents.latent_bank`)."""
     if hasattr(images, "images") and not isinstance(images, (np.ndarray, Tensor)):
         images = images.images
+    if getattr(images, "lazy_rows", False) and images.ndim == 4:  # a latent bank: rows read when drawn
+        return images
     if isinstance(images, Tensor):
         images = images.cpu().numpy()
     arr = np.asarray(images) if not isinstance(images, np.ndarray) else images
-    if arr.ndim != 4 or arr.dtype != np.uint8:
-        raise InputError(f"images must be uint8 [N, H, W, C], got {arr.dtype}{list(arr.shape)}")
+    if arr.ndim != 4 or not (arr.dtype == np.uint8 or np.issubdtype(arr.dtype, np.floating)):
+        raise InputError(f"images must be uint8 [N, H, W, C] or float latents [N, C, H, W], got "
+                         f"{arr.dtype}{list(arr.shape)}")
     return arr
 
 
 def profile_bank(images_uint8_nhwc: Any, num_images: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The fixed profile bank: ``(x0 [n, C, H, W] float32 in [-1, 1], eps [n, C, H, W], indices [n])``.
+    """The fixed profile bank: ``(x0 [n, C, H, W] float32 in [-1, 1], eps [n, C, H, W], indices [n])``
+    (x0 as given for float latents ``[N, C, H, W]``).
 
     ``indices`` are the first ``n = min(num_images, N)`` entries of
     ``randperm(N, generator=manual_seed(seed))``; ``eps`` is drawn from a fresh
@@ -86,7 +92,8 @@ def profile_bank(images_uint8_nhwc: Any, num_images: int, seed: int) -> tuple[Te
     # read a memory map in increasing index order, then put the rows back in bank order
     rows = torch.from_numpy(np.asarray(arr[np.sort(idx.numpy())]))
     x = rows[torch.argsort(torch.argsort(idx))]
-    x0 = x.permute(0, 3, 1, 2).float().div(127.5).sub(1.0).contiguous()
+    # uint8 images to [-1, 1]; float latents are already the model's x0 (the bank's indices and noise alike)
+    x0 = x.float().contiguous() if arr.dtype != np.uint8 else x.permute(0, 3, 1, 2).float().div(127.5).sub(1.0).contiguous()
     eps = torch.randn(x0.shape, generator=torch.Generator().manual_seed(int(seed)))
     return x0, eps, idx
 

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from timestep_lab.data import Loader, to_float
+from timestep_lab.latents import LatentLoader
 from timestep_lab.models.conditioning import NONE, Conditioning
 from timestep_lab.processes.diffusion import GaussianDiffusion
 from timestep_lab.processes.predictions import HEADS, MixedPrediction
@@ -22,7 +23,7 @@ __all__ = ["mixed_head_profile"]
 
 @torch.no_grad()
 def mixed_head_profile(model: nn.Module, diffusion: GaussianDiffusion, prediction: MixedPrediction,
-                       loader: Loader, device: torch.device, n_images: int = 256, stride: int | None = None,
+                       loader: Loader | LatentLoader, device: torch.device, n_images: int = 256, stride: int | None = None,
                        seed: int = 12345, conditioning: Conditioning = NONE) -> tuple[Tensor, Tensor]:
     """Per-t mean x0 error of each head on a fixed bank: ``(errors [3, T], head_per_t [T])``
     (a conditioned network sees each bank image's own condition).
@@ -33,7 +34,8 @@ def mixed_head_profile(model: nn.Module, diffusion: GaussianDiffusion, predictio
     stride = stride or max(1, T // 100)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     idx = torch.randperm(len(loader), generator=gen)[:n_images]
-    x0 = to_float(loader.images[idx]).to(device)
+    # a latent run's bank: its images' scaled posterior means (the loss profiles' bank, docs/methods.md 7.9)
+    x0 = (loader.bank(idx) if isinstance(loader, LatentLoader) else to_float(loader.images[idx])).to(device)
     noise = torch.randn(x0.shape, generator=gen).to(device)
     cond = conditioning.condition(x0)
     ts = torch.arange(0, T, stride)

@@ -4,6 +4,7 @@
 module                      holds                                                      imports
 ==========================  =========================================================  =====================
 ``runs``                    the groups' run table: axes, ids, overrides -> run configs  config
+``spaces``                  each run's space in a latent study: pixel or latent          config
 ``study``                   + the runs the analyses derive; contribution ranges         config, timeranges
 ``run_yaml``                ``run.yaml`` with the run-time facts (init model, slots)    config
 ``snakefile``               launcher, shell flags, schema-error summary                 stdlib
@@ -43,6 +44,7 @@ from timestep_lab.workflow.runs import (
     scoring_sample,
 )
 from timestep_lab.workflow.snakefile import config_in_outputs, config_source_error, launcher, opt, schema_error_summary
+from timestep_lab.workflow.spaces import LATENT, PIXEL, check_spaces, run_space
 from timestep_lab.workflow.study import (
     SUPERRES_RUN,
     check_analysis_needs,
@@ -77,6 +79,10 @@ __all__ = [
     "prepared_dir",
     "latent_dir",
     "is_latent",
+    "run_space",
+    "check_spaces",
+    "PIXEL",
+    "LATENT",
     "contribution_ranges",
     "contribution_sample_count",
     "check_group_names",

@@ -221,14 +221,17 @@ def default_axes(study: Mapping[str, Any]) -> dict[str, Any]:
 
 def arm_columns(config: Mapping[str, Any], init_from: str | None) -> dict[str, Any]:
     """The :data:`ARM_COLUMNS` of a run: its optimizer schedule (``constant`` when none), whether
-    that schedule compensates the learning rate, its width (``model.channels``), its length
+    that schedule compensates the learning rate, its width (``model.channels``, a DiT's
+    ``model.params.hidden``), its length
     (``train.total_kimg``), the run it starts from (``none``) and the inference-time shift it is
     scored with (``sample.shift``, 1.0 when unset: a run's own setting, which the evaluation's
     sampler settings may not override, :func:`timestep_lab.workflow.study.check_spelling`)."""
     schedule = (config.get("optim") or {}).get("schedule") or {}
+    model = config.get("model") or {}
     return {"optim_schedule": schedule.get("name", "constant"),
             "lr_compensated": bool((schedule.get("params") or {}).get("compensate", False)),
-            "channels": (config.get("model") or {}).get("channels"),
+            # a UNet's width, else a DiT's (model.params.hidden: the consistency group's width arm)
+            "channels": model.get("channels") or (model.get("params") or {}).get("hidden") or None,
             "total_kimg": (config.get("train") or {}).get("total_kimg"),
             "init_from": init_from or "none",
             "sample_shift": float((config.get("sample") or {}).get("shift", 1.0))}

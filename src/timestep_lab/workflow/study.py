@@ -15,6 +15,9 @@
   ``analyses.timestep_contribution.superres``: ``factor``, ``upsample``, ``overrides``), trained
   from scratch, as the paper's analysis ran on guided-diffusion's SR model (docs/methods.md §3.4).
 
+In a latent study the pixel reference, the runs starting from it and (with a ``pixel`` section)
+``superres`` are pixel runs (:mod:`timestep_lab.workflow.spaces`, docs/methods.md 7.9).
+
 A run's length is spelled one way in a study config: ``train.total_kimg``, nested in ``base``
 and a dotted key of an ``overrides:`` mapping everywhere else (groups, list entries,
 ``reference``, ``analyses.slots``, ``analyses.batch_size``). :func:`check_spelling` rejects the
@@ -43,6 +46,7 @@ from timestep_lab.workflow.runs import (
     run_config,
     run_id,
 )
+from timestep_lab.workflow.spaces import check_spaces, pixel_study, reference_in_pixels, superres_in_pixels
 
 __all__ = ["study_runs", "reference_run", "superres_run", "SUPERRES_RUN", "finetune_runs",
            "contribution_ranges", "contribution_sample_count",
@@ -161,10 +165,11 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
                               f"derive (reference, superres, finetune_slot<k>[_s<seed>], finetune_uniform[_s<seed>], "
                               f"toward_zero_from-<run>, uniform_from-<run>); give the entry another id")
     analyses = study.get("analyses") or {}
-    ref = reference_run(study, source)
+    # a latent study's pixel runs (workflow/spaces.py): the pixel reference, what starts from it, the SR model
+    ref = reference_run(pixel_study(study) if reference_in_pixels(study) else study, source)
     runs["reference"] = ref
     runs.update(finetune_runs(study, ref, source))
-    runs[SUPERRES_RUN] = superres_run(study, source)
+    runs[SUPERRES_RUN] = superres_run(pixel_study(study) if superres_in_pixels(study) else study, source)
     bs = analyses.get("batch_size") or {}
     if bs:
         small_axes = {**default_axes(study), "batch_size": bs.get("small", 16)}
@@ -192,6 +197,7 @@ def study_runs(study: Mapping[str, Any], source: str = "study") -> dict[str, Run
             if run.init_from == "reference":
                 runs[rid] = Run(rid, run.axes, {**run.config, "model": dict(model)}, run.groups, run.init_from,
                                 run.progress, run.extra)
+    check_spaces(study, runs, source)
     return runs
 
 

@@ -34,7 +34,7 @@ from timestep_lab.config import config_from_dict
 from timestep_lab.metrics.features import FEATURE_NETS
 
 __all__ = ["NetworkCost", "count_flops", "network_cost", "extractor_flops", "EXTRACTORS", "SD_VAE", "VaeCost",
-           "vae_cost"]
+           "vae_cost", "vae_architecture"]
 
 
 @dataclass(frozen=True)
@@ -141,16 +141,27 @@ class VaeCost:
     latent: tuple[int, int]
 
 
+def vae_architecture(config_json: str | None) -> str:
+    """The VAE's architecture as a JSON word: :data:`SD_VAE`'s keys read from the study's VAE
+    folder's ``config.json`` text when it is there (a rehearsal's tiny stand-in), else
+    :data:`SD_VAE` (the folder is downloaded on the cluster only)."""
+    found = json.loads(config_json) if config_json else {}
+    return json.dumps({k: found.get(k, v) for k, v in SD_VAE.items()})
+
+
 @functools.lru_cache(maxsize=None)
-def vae_cost(resolution: int) -> VaeCost:
-    """The cost of sd-vae-ft-ema (:data:`SD_VAE`) on ``resolution``-pixel RGB images, counted on the
-    meta device (at 256 px: encoder 272.7 GFLOP, decoder 622.2, latents 32x32x4)."""
+def vae_cost(resolution: int, architecture: str | None = None) -> VaeCost:
+    """The cost of sd-vae-ft-ema (:data:`SD_VAE`; or ``architecture``, :func:`vae_architecture`) on
+    ``resolution``-pixel RGB images, counted on the meta device (at 256 px: encoder 272.7 GFLOP,
+    decoder 622.2, latents 32x32x4)."""
     from timestep_lab.models.diffusers import import_diffusers  # an optional dependency: latent studies only
 
-    downsample = 2 ** (len(SD_VAE["block_out_channels"]) - 1)
-    latent = (resolution // downsample, int(SD_VAE["latent_channels"]))
+    arch = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(architecture).items()} \
+        if architecture else SD_VAE
+    downsample = 2 ** (len(arch["block_out_channels"]) - 1)
+    latent = (resolution // downsample, int(arch["latent_channels"]))
     with torch.device("meta"):
-        vae = import_diffusers().AutoencoderKL(**SD_VAE).eval()
+        vae = import_diffusers().AutoencoderKL(**arch).eval()
         x = torch.randn(1, 3, resolution, resolution)
         z = torch.randn(1, latent[1], latent[0], latent[0])
     counters = []

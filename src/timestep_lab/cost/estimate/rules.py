@@ -11,9 +11,11 @@ of its rule's kind (:data:`KINDS`); which runs a rule covers is the DAG's answer
   network evaluations (``evaluation.sample`` over the run's ``sample``; ``steps`` null means all
   T), then one feature pass per FID tool of the run's ``eval.tools``.
 * ``evaluate_progress``: the same per snapshot of the job's run with ``progress_num_samples``.
-* latent studies (``latent.vae``): the networks are counted on the VAE's latents (sd-vae-ft-ema:
-  32x32x4 at 256 px, :func:`flops.vae_cost`); ``encode_latents`` is one encoder pass per training
-  image (two with flips) and every sampled image adds one decoder pass.
+* latent studies (``latent.vae``): a latent run's network is counted on the VAE's latents
+  (sd-vae-ft-ema: 32x32x4 at 256 px, :func:`flops.vae_cost`), a pixel run's (the pretrained
+  reference's fine-tunes, the super-resolution model: :mod:`timestep_lab.workflow.spaces`) on the
+  images; ``encode_latents`` is one encoder pass per training image (two with flips) and every
+  image a latent run samples adds one decoder pass.
 * ``train_features`` (trained extractors only): ``epochs`` passes over the training split,
   one forward + backward of the classifier per image (a CPU job: priced on ``--gpu cpu`` only).
 * ``reference_stats``: the training split (at most ``reference_max_images``) through every tool
@@ -42,13 +44,14 @@ import numpy as np
 from timestep_lab.components import build_diffusion
 from timestep_lab.config import RunConfig, config_from_dict
 from timestep_lab.cost.estimate.dag import Job
-from timestep_lab.cost.estimate.flops import NetworkCost, extractor_flops, network_cost, vae_cost
+from timestep_lab.cost.estimate.flops import NetworkCost, extractor_flops, network_cost, vae_architecture, vae_cost
 from timestep_lab.cost.estimate.study import Plan
 from timestep_lab.metrics.features import FEATURE_NETS
 from timestep_lab.processes.solvers import make_solver
 from timestep_lab.studies.profile import profile_timesteps
-from timestep_lab.workflow import contribution_ranges, contribution_sample_count, is_latent
+from timestep_lab.workflow import LATENT, contribution_ranges, contribution_sample_count, is_latent, run_space
 from timestep_lab.workflow.runs import eval_sample, fid_sample_count
+from timestep_lab.workflow.spaces import pixel_study
 
 __all__ = ["Work", "RuleCost", "rule_costs", "trained_images", "snapshot_count", "KINDS"]
 
@@ -125,9 +128,8 @@ class _Counter:
         self.plan = plan
         self.res, self.ch = plan.image_shape()
         self.img_bytes = self.res * self.res * self.ch  # uint8 NHWC
-        # a latent study: its networks see the VAE's latents; the VAE encodes and decodes
-        self.vae = vae_cost(self.res) if is_latent(plan.study) else None
-        self.net_shape = self.vae.latent if self.vae else (self.res, self.ch)
+        # a latent study: its latent runs' networks see the VAE's latents; the VAE encodes and decodes
+        self.vae = vae_cost(self.res, vae_architecture(plan.vae_config())) if is_latent(plan.study) else None
         self.notes: set[str] = set()
         self._cfgs: dict[str, RunConfig] = {}
 
@@ -136,12 +138,16 @@ class _Counter:
             self._cfgs[rid] = config_from_dict(self.plan.runs[rid], f"{self.plan.source} (run {rid})")
         return self._cfgs[rid]
 
+    def latent(self, rid: str) -> bool:
+        """Whether run ``rid`` is a latent run (its network sees latents, its samples are decoded)."""
+        return self.vae is not None and run_space(self.plan.study, self.plan.runs[rid]) == LATENT
+
     def net(self, rid: str) -> NetworkCost:
         config = self.plan.runs[rid]
         if (config.get("model") or {}).get("name", "unet") == "diffusers_unet2d":  # a pretrained diffusers folder
-            config = {**config, "model": self.plan.study["base"].get("model", {})}
-            self.notes.add("runs fine-tuning a pretrained folder are counted with base.model's network")
-        return network_cost(config, *self.net_shape)
+            config = {**config, "model": pixel_study(self.plan.study)["base"].get("model", {})}
+            self.notes.add("runs fine-tuning a pretrained folder are counted with the pixel base.model's network")
+        return network_cost(config, *(self.vae.latent if self.latent(rid) else (self.res, self.ch)))
 
     def steps(self, rid: str) -> int:
         """Network evaluations per sample: the scoring protocol (``evaluation.sample`` and its
@@ -167,12 +173,12 @@ class _Counter:
         cost.images_sampled += n
         cost.evaluations += n * steps
         cost.add(job, Work(net.key, net.forward, n * steps, "forward", step="sample"))
-        self.decode(cost, job, n)
+        self.decode(cost, job, rid, n)
         cost.disk_bytes += n * self.img_bytes if keep else 0
 
-    def decode(self, cost: RuleCost, job: str, n: int) -> None:
-        """A latent study's ``n`` generated latents through the VAE's decoder (once per sample)."""
-        if self.vae is not None:
+    def decode(self, cost: RuleCost, job: str, rid: str, n: int) -> None:
+        """A latent run's ``n`` generated latents through the VAE's decoder (once per sample)."""
+        if self.latent(rid):
             cost.add(job, Work(f"sd-vae-decoder@{self.res}x{self.res}x3", self.vae.decoder, n, "forward",
                                step="sample"))
 

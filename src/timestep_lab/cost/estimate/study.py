@@ -53,6 +53,13 @@ class Plan:
     def evaluation(self) -> dict[str, Any]:
         return self.study["evaluation"]
 
+    def vae_config(self) -> str | None:
+        """The text of the study's VAE folder's ``config.json`` (``latent.vae``, relative to where the
+        estimate runs: the project root), None when it is not there (priced as sd-vae-ft-ema)."""
+        folder = (self.study.get("latent") or {}).get("vae")
+        path = Path(str(folder)) / "config.json" if folder else None
+        return path.read_text() if path is not None and path.is_file() else None
+
     def rules(self) -> list[str]:
         """The rules of the DAG in Snakemake's topological order (of their first jobs)."""
         return list(dict.fromkeys(j.rule for j in self.jobs))
