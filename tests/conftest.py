@@ -158,22 +158,25 @@ def slurm_args(cluster=None, groups: bool = True) -> list[str]:
 
 # The cluster rehearsal (164 jobs, 123 of them commands) bundles further. Inside SLURM every job
 # pays snakemake starts (~1.4 CPU-s each; 7 SLURM jobs cost 19.3 CPU-s more than the same 7
-# commands run locally) and, as every command on a cluster does (no warm start there: a local-run
-# convenience), a fresh process's imports (2.6-3.1 CPU-s); a group job pays one snakemake start
-# for the group. So training is grouped with what lies between two trainings (a run's config; the
-# profiles and slots that derived runs start from: a group may not depend on itself through jobs
-# outside it), the per-run scoring in one group, data preparation with the reference statistics
-# and the floor, and the contribution and prediction-type profiles with the analyses'
-# post-processing. Measured alone on 2 idle cores, the whole run: 777 CPU-s and 530 s wall with
-# SLURM_SMOKE_GROUPS (71 SLURM jobs), 688 and 491 s in 13 group jobs. Inside a group job the
-# jobs run one after the other (each through srun and a snakemake start, ~2.5 s besides its
-# command), so a group's size is its wall time: the scoring and the reports are split in two groups
-# that the one-node cluster runs side by side (eval=11: 21 cold scoring jobs took 125 s in one group;
-# report=5). The cut study below (17 trainings), all cold: 402 s with one scoring and one report
-# group, 309 s split (the warm start it replaced: 265 s unsplit). A group sums its jobs'
-# resources and a string resource must agree across them: the training jobs' time-limit signal
-# (`slurm_extra`) is off here (TIMESTEP_LAB_SLURM_SIGNAL_S=0; tests/test_slurm_timelimit.py tests
-# the signal on a training job of its own).
+# commands run locally) and, run alone, a fresh process's imports (2.6-3.1 CPU-s); a group job
+# pays one snakemake start for the group, and a group of 3 or more jobs forks their commands from
+# one warm-start server inside its allocation (workflow/rules/warmstart.smk). So training is
+# grouped with what lies between two trainings (a run's config; the profiles and slots that
+# derived runs start from: a group may not depend on itself through jobs outside it), the per-run
+# scoring in one group, data preparation with the reference statistics and the floor, and the
+# contribution and prediction-type profiles with the analyses' post-processing.
+# Measured alone on 2 idle cores, the whole run: 777 CPU-s and 530 s wall with SLURM_SMOKE_GROUPS
+# (71 SLURM jobs), 688 and 491 s in 13 group jobs, 500 and 435 s in 13 warm group jobs; larger
+# groups leave fewer servers to start (each imports for ~5-6 CPU-s), but inside a group job the jobs
+# run one after the other (each through srun and a snakemake start, ~2.5 s besides its command), so
+# a group's size is its wall time: the scoring and the reports go in two groups each, which the
+# one-node cluster runs side by side (eval=11, report=5; 21 cold scoring jobs took 125 s in one
+# group). The cut study below (17 trainings): warm 265 s unsplit; cold 402 s unsplit, 309 s split
+# (alone on 2 idle cores), 408 s in the suite's CI, which with it took 949 s: so warm start stays
+# in the cluster's group jobs until the suite has room (issue 39). A group
+# sums its jobs' resources and a string resource must agree across them: the training jobs'
+# time-limit signal (`slurm_extra`) is off here (TIMESTEP_LAB_SLURM_SIGNAL_S=0;
+# tests/test_slurm_timelimit.py tests the signal on a training job of its own).
 REHEARSAL_GROUPS = [
     "--groups", *cluster_profile_option("groups"), "reference_stats=prep", "floor=prep",
     "sample_score=eval", "evaluate_progress=eval", "contribution=post", "profile_predictions=post",
@@ -184,10 +187,10 @@ REHEARSAL_GROUPS = [
     "--cores", "1",
 ]
 REHEARSAL_ENV = {"TIMESTEP_LAB_SLURM_SIGNAL_S": "0"}
-# Through SLURM every group job pays its own snakemake starts, and every command a fresh process's
-# imports (no warm start on a cluster), and the one-node test cluster runs two group jobs at a time,
-# so the cluster rehearses a smaller study: the test is of the cluster path (submission, groups,
-# resources, retries, every rule kind once), not of the science, which the local rehearsals of
+# Through SLURM every group job pays its own snakemake starts and its warm-start server's imports,
+# and the one-node test cluster runs two group jobs at a time, so the cluster rehearses a smaller
+# study: the test is of the cluster path (submission, groups, resources, retries, every rule kind
+# once), not of the science, which the local rehearsals of
 # config/celebahq.yaml and config/imagenet.yaml (same groups, full rehearsal grids) run end to end.
 # Cut: the sampler comparison to the baseline and SpeeD's sampler + weighting (its list entry), the
 # one claim the cluster checks with two paired seeds (speed_faster: CLUSTER_PAIRED; each of the six

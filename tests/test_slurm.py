@@ -3,8 +3,7 @@ a throwaway single-node cluster started by the `slurm_cluster` fixture (root onl
 
 1. the rehearsal of config/cifar10.yaml (`cluster_rehearsal`: fake CIFAR-10 pickles, a random
    diffusers reference, every group and analysis) runs through SLURM end to end and renders
-   every report, as tests/test_paper_rehearsals.py requires of every paper config, every command
-   started cold (no warm-start server on a cluster);
+   every report, as tests/test_paper_rehearsals.py requires of every paper config;
 2. a training job killed with scancel is resubmitted (the profile's `retries`) and the
    workflow still finishes with intact outputs.
 """
@@ -65,15 +64,18 @@ def test_paper_rehearsal_through_slurm(slurm_cluster, cluster_rehearsal):
     assert any(c.startswith("rule_run_") and "train" in c for c in comments), comments
     assert not any(c.startswith(("rule_train", "rule_sample_score", "rule_interference", "rule_estimate"))
                    for c in comments), comments
-    # no warm start on a cluster (a local-run convenience, workflow/rules/warmstart.smk): neither
-    # the submitting snakemake nor a group job's started a server (here the jobs run on this very
-    # host, so a socket would have been reachable), and every command ran cold: its usage line
-    # says it started as a process of its own
+    # warm start only inside group jobs (workflow/rules/warmstart.smk): the submitting snakemake
+    # started no server (here the jobs run on this very host, so its socket would have been
+    # reachable); each group job's snakemake started one in its allocation for the group's
+    # commands: one server log per group job, and the group's commands forked from it
     logs = study.root / "logs" / f"{CLUSTER_REHEARSAL}-rehearsal"
-    assert not (logs / "warm_start.log").exists() and not (logs / "warm_start").exists(), study.warm
-    assert study.warm == [], study.warm
-    usage = [p for p in logs.rglob("*.log") if "timestep_lab usage: cpu_s=" in p.read_text(errors="replace")]
-    assert {p.parent.name for p in usage} >= {"train", "sample_score", "evaluate_progress", "report"}, usage
+    assert not (logs / "warm_start.log").exists(), study.warm
+    servers = sorted((logs / "warm_start").glob("slurm-*.log"))
+    server_jobs = [re.fullmatch(r"slurm-(\d+)\.log", p.name).group(1) for p in servers]
+    assert servers and set(server_jobs) <= ids and len(set(server_jobs)) == len(servers), server_jobs
+    assert all("warm-start server usage" in p.read_text() for p in servers), servers
+    warm = {Path(p).parent.name for p in study.warm if "start=warm" in (logs / p).read_text(errors="replace")}
+    assert warm >= {"train", "sample_score", "evaluate_progress", "report"}, study.warm
     partitions = {slurm_cluster.run("squeue", "--noheader", "--states=all", "--jobs", i, "--format=%P").stdout.strip()
                   for i in sorted(ids)[:3]}
     assert partitions == {slurm_cluster.partition}

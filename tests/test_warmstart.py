@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -19,7 +18,7 @@ from conftest import tiny_config
 
 from timestep_lab.config import dump_config
 from timestep_lab.warmstart import SOCKET_ENV
-from timestep_lab.warmstart.launch import ENTRY, WarmStart, supported
+from timestep_lab.warmstart.launch import ENTRY, WarmStart, group_job_size, supported
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -311,22 +310,26 @@ def test_the_workflow_starts_no_server_when_told_not_to_or_on_a_cluster(tmp_path
     onstart = smk[smk.index("onstart:"):smk.index("onsuccess:")]
     assert "workflow.local_exec" in onstart and "workflow.is_main_process" in onstart, onstart
     assert "_warm_start_wanted()" in onstart and 'TIMESTEP_LAB_WARM_START", "1") != "0"' in smk
-    # nothing starts one while the Snakefile is read: a cluster job's own snakemake (--no-hooks)
-    # runs no onstart, so on a cluster every command starts cold (test_slurm.py asserts it)
+    # a cluster group job's snakemake starts one while the Snakefile is read (no hooks run there)
     before = smk[:smk.index("onstart:")]
-    assert ".start()" not in before and "argv" not in before, before
+    assert "_warm_start_wanted() and group_job_size(_sys.argv, workflow.remote_exec) >= MIN_JOBS" in before
 
 
-def test_warm_start_is_known_only_to_its_rule_file_and_the_snakefile_include():
-    """The cluster profile and every other rule file know nothing of warm start (a local-run
-    convenience: workflow/rules/warmstart.smk); the Snakefile only includes that file."""
-    mentions = re.compile(r"warm.?start|warm.?server|TIMESTEP_LAB_WARM", re.IGNORECASE)
-    files = [*(ROOT / "workflow").rglob("*.smk"), *(ROOT / "workflow" / "profiles").rglob("*.yaml"),
-             ROOT / "Snakefile"]
-    knowing = {str(p.relative_to(ROOT)) for p in files if mentions.search(p.read_text())}
-    assert knowing == {"workflow/rules/warmstart.smk", "Snakefile"}, knowing
-    snakefile = [line for line in (ROOT / "Snakefile").read_text().splitlines() if mentions.search(line)]
-    assert snakefile == ['include: "workflow/rules/warmstart.smk"'], snakefile
+def test_only_a_cluster_group_jobs_snakemake_is_a_group_of_jobs():
+    """What the SLURM executor gives the snakemake of a group job's batch script (recorded from a
+    run through the test cluster), of the job step under it, and of a job of its own."""
+    group = ["snakemake/__main__.py", "--snakefile", "/r/Snakefile", "--target-jobs", "floor:",
+             "prepare_data:name=cifar10-32,split=test", "reference_stats:", "--allowed-rules", "prepare_data",
+             "reference_stats", "floor", "--local-groupid", "c980e200", "--cores", "1", "--mode", "remote"]
+    step = ["snakemake/__main__.py", "--snakefile", "/r/Snakefile", "--target-jobs",
+            "prepare_data:name=cifar10-32,split=test", "--allowed-rules", "prepare_data", "--cores", "all",
+            "--mode", "remote"]
+    single = ["snakemake/__main__.py", "--target-jobs", "train:run=a", "--allowed-rules", "train", "--mode", "remote"]
+    assert group_job_size(group, remote=True) == 3
+    assert group_job_size(group[:5] + group[7:], remote=True) == 1  # a group of one job
+    assert group_job_size(group, remote=False) == 0  # only in remote mode
+    assert group_job_size(step, remote=True) == 0 and group_job_size(single, remote=True) == 0
+    assert group_job_size(["snakemake", "--configfile", "config/smoke.yaml"], remote=False) == 0
 
 
 def test_the_workflow_server_listens_when_start_returns(tmp_path):

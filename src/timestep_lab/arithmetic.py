@@ -18,8 +18,8 @@ machines only where every library runs the same code path. A level names that pa
     first four, values move; MKL's is not on the digits studies' path but is on attention's.
 
 How a level reaches a job: the workflow sets :data:`LEVEL_ENV` and the level's variables in its
-own environment when it reads the config (every process it starts and a cluster job's snakemake
-inherit them); ``python -m timestep_lab`` and any process that forks its commands call :func:`pin`
+own environment when it reads the config (every job, the warm-start server and a cluster job's
+snakemake inherit them); ``python -m timestep_lab`` and the warm-start server call :func:`pin`
 first, before numpy or torch is loaded, so a command rerun by hand with only ``LEVEL_ENV`` set
 runs pinned too. Every variable is read when its library loads or first runs, so setting one in
 a process that has already computed does nothing: a job checks the level it runs
@@ -142,7 +142,7 @@ def this_cpu() -> dict[str, Any]:
 
 def pinned(environ: Mapping[str, str]) -> tuple[tuple[str, str | None], ...]:
     """The level and every variable of :data:`VARIABLES` as ``environ`` has them: two processes
-    with the same tuple run the same code paths (a process that forks jobs forks one only then)."""
+    with the same tuple run the same code paths (the warm-start server forks a job only then)."""
     return ((LEVEL_ENV, environ.get(LEVEL_ENV) or DEFAULT), *((k, environ.get(k)) for k in VARIABLES))
 
 

@@ -50,10 +50,10 @@ except Exception as exc:  # snakemake's WorkflowError around a jsonschema Valida
     sys.exit(f"error: {CONFIG_SOURCE}: {W.schema_error_summary(str(exc))}")
 STUDY = config["study"]
 # The study's reproducibility level in this process's environment, before any job starts: every
-# job and a cluster job's own snakemake (which reads this file again) inherit it, and `python -m
-# timestep_lab` pins its libraries' CPU code paths from it. Every rule that computes numbers has
-# it as a param: it is in none of their inputs, and a changed param reruns the job (Snakemake's
-# params trigger), so a switched level recomputes the study.
+# job, the warm-start server and a cluster job's own snakemake (which reads this file again)
+# inherit it, and `python -m timestep_lab` pins its libraries' CPU code paths from it. Every rule
+# that computes numbers has it as a param: it is in none of their inputs, and a changed param
+# reruns the job (Snakemake's params trigger), so a switched level recomputes the study.
 ARITHMETIC = config["reproducibility"]
 pin_arithmetic(os.environ, ARITHMETIC)
 RES = f"results/{STUDY}"

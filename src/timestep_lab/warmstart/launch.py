@@ -1,7 +1,6 @@
-"""The workflow's side of warm start: one server per local run, started and stopped by the
-workflow's own rule file (``workflow/rules/warmstart.smk``); the study table
-(:mod:`timestep_lab.workflow`) and the cluster profile know nothing of it. A cluster run starts
-no server: its jobs run where SLURM puts them, each command a process of its own.
+"""The workflow's side of warm start: one server per local run or cluster group job
+(:func:`group_job_size`), started and stopped by the workflow's own rule file
+(``workflow/rules/warmstart.smk``); the study table (:mod:`timestep_lab.workflow`) knows nothing of it.
 
 Stdlib only: the Snakefile imports it when it builds the DAG. ``workflow/rules/warmstart.smk``
 starts the server when the jobs begin (``onstart``) and stops it when they end (``onsuccess`` /
@@ -30,7 +29,8 @@ from pathlib import Path
 
 from timestep_lab.warmstart import SOCKET_ENV
 
-__all__ = ["WarmStart", "supported", "clear_stale_folders", "ENTRY", "MIN_JOBS", "READY_TIMEOUT_S", "FOLDER_PREFIX"]
+__all__ = ["WarmStart", "supported", "clear_stale_folders", "group_job_size", "ENTRY", "MIN_JOBS", "READY_TIMEOUT_S",
+           "FOLDER_PREFIX"]
 
 #: what each worker runs: ``python -m timestep_lab``'s command line, usage line included
 ENTRY = "timestep_lab.cli:run_command"
@@ -77,6 +77,18 @@ def clear_stale_folders(root: str | Path | None = None) -> list[str]:
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.path)
     return removed
+
+
+def group_job_size(argv: list[str], remote: bool) -> int:
+    """How many jobs a snakemake with command line ``argv`` runs as a cluster group job's: the
+    number of its ``--target-jobs`` when it runs in remote mode with ``--local-groupid`` (only the
+    snakemake a group job's batch script runs gets both; it runs each job through ``srun
+    snakemake`` with that one job), else 0 (the submitting snakemake, one running a single job,
+    a local run)."""
+    if not remote or "--local-groupid" not in argv or "--target-jobs" not in argv:
+        return 0
+    rest = argv[argv.index("--target-jobs") + 1:]
+    return next((i for i, arg in enumerate(rest) if arg.startswith("--")), len(rest))
 
 
 def supported() -> bool:
