@@ -21,13 +21,11 @@ run: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake
 	@echo "Done. Open $(CURDIR)/reports/digits/index.html"
 
-# Three pytest-xdist workers on a 2-core machine (TEST_WORKERS=0 runs in one process): the worker
-# that runs the SLURM tests waits on the cluster (job starts, status polls) for much of its ~530 s,
-# and with two workers the suite left ~25% of the CPU idle (CI of edaa60d: 1,530 CPU-s in 1,098 s).
-# loadgroup keeps the tests of one xdist group in one worker: tests/xdist_groups.py (hooked in by
-# tests/conftest.py) puts every test that uses the SLURM cluster in group "study" and every test
-# that uses the smoke study in group "smoke", so each starts once per session.
-TEST_WORKERS ?= 3
+# Two pytest-xdist workers (a 2-core machine; TEST_WORKERS=0 runs in one process). loadgroup keeps
+# the tests of one xdist group in one worker: tests/xdist_groups.py (hooked in by tests/conftest.py)
+# puts every test that uses the SLURM cluster in group "study" and every test that uses the smoke
+# study in group "smoke", so each starts once per session.
+TEST_WORKERS ?= 2
 test: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 

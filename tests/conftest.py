@@ -96,7 +96,7 @@ def tiny_artifacts(digits_dir, digits_test_dir, tmp_path_factory) -> TinyArtifac
 # per session locally: the workflow tests.
 
 
-# `make test` runs three xdist workers: every test that uses slurm_cluster or cluster_rehearsal runs in
+# `make test` runs two xdist workers: every test that uses slurm_cluster or cluster_rehearsal runs in
 # one of them, first (xdist group "study"), every test that uses smoke_study in one (group "smoke"):
 # tests/xdist_groups.py
 from xdist_groups import once_per_run, pytest_collection_modifyitems  # noqa: E402,F401

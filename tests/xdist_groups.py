@@ -1,4 +1,4 @@
-"""Running the suite on pytest-xdist workers (`make test`: ``-n 3 --dist loadgroup``).
+"""Running the suite on pytest-xdist workers (`make test`: ``-n 2 --dist loadgroup``).
 
 The SLURM cluster, the cluster rehearsal and the smoke study are session fixtures of ONE process:
 two clusters on one host would collide, and a study (minutes) must run once. So every test that
@@ -6,7 +6,7 @@ uses one of them, directly or through another fixture, joins its xdist group (on
 worker): ``study`` for the cluster and the paper-config rehearsal run through it (the suite's
 longest chain: the rehearsal through SLURM, the tests on its results, the scancel test), ``smoke``
 for the smoke study run locally. The groups come first in the collection, the longest first, so
-two workers start one each and then share everything else with the others, the tests marked ``slow``
+the two workers start one each and then share everything else, the tests marked ``slow``
 first. A test never needs the mark by
 hand: the fixture closure decides.
 
