@@ -192,7 +192,6 @@ def execute_notebook(nb: Any, cwd: str | Path | None = None) -> Any:
     publisher, hook = _hooks(shell, outputs)
     saved = shell.display_pub, shell.displayhook, shell.display_trap.hook
     _fresh_namespace(shell)
-    shell.execution_count = 1
     try:
         with _process_state(shell, cwd):
             shell.display_pub, shell.displayhook, shell.display_trap.hook = publisher, hook, hook
@@ -204,7 +203,7 @@ def execute_notebook(nb: Any, cwd: str | Path | None = None) -> Any:
                     continue
                 count += 1
                 outputs.cell = cell.outputs = []
-                cell.execution_count = count
+                shell.execution_count = cell.execution_count = count  # what the display hook numbers
                 result = shell.run_cell(cell.source, store_history=False, silent=False)
                 exc = result.error_before_exec or result.error_in_exec
                 if exc is not None:
@@ -212,7 +211,6 @@ def execute_notebook(nb: Any, cwd: str | Path | None = None) -> Any:
                         "error", ename=type(exc).__name__, evalue=str(exc),
                         traceback=traceback.format_exception(type(exc), exc, exc.__traceback__)))
                     raise CellError(count, type(exc).__name__, str(exc))
-                shell.execution_count = count + 1
     finally:
         shell.display_pub, shell.displayhook, shell.display_trap.hook = saved
         vars(shell).pop("showtraceback", None)
