@@ -196,11 +196,13 @@ REHEARSAL_ENV = {"TIMESTEP_LAB_SLURM_SIGNAL_S": "0"}
 # one claim the cluster checks with two paired seeds (speed_faster: CLUSTER_PAIRED; each of the six
 # arms cut cost ~5 jobs, each job ~2.5 s of snakemake start inside its group job, ~90 s of the
 # rehearsal's 390); the schedules group to uniform and SpeeD on the linear and cosine schedules; the
-# slot fine-tunes to slots 3 and 9 (an interference matrix still has off-diagonal cells). Every group,
-# analysis, rule kind and report stays.
+# prediction types to eps and the mixed head (the mixed_heads claims' arms: 2 trainings and 2 scores
+# fewer); the slot fine-tunes to slots 3 and 9 (an interference matrix still has off-diagonal
+# cells). Every group, analysis, rule kind and report stays.
 CLUSTER_SAMPLERS = ["uniform"]
 CLUSTER_LIST = [{"sampler": "speed", "weighting": "speed"}]
 CLUSTER_SCHEDULES = {"sampler": ["uniform", "speed"], "schedule": ["linear", "cosine"]}
+CLUSTER_PREDICTIONS = ["eps", "mixed"]
 CLUSTER_SLOTS = [3, 9]
 CLUSTER_PAIRED = ("speed_faster",)
 
@@ -219,6 +221,9 @@ def trim_for_cluster(config: Path) -> None:
     for key, values in CLUSTER_SCHEDULES.items():
         assert set(values) < set(groups["schedules"]["grid"][key]), groups["schedules"]
         groups["schedules"]["grid"][key] = list(values)
+    predictions = groups["prediction_types"]["grid"]
+    assert set(CLUSTER_PREDICTIONS) < set(predictions["prediction"]), predictions
+    predictions["prediction"] = list(CLUSTER_PREDICTIONS)
     slots = cfg["analyses"]["slots"]
     assert set(CLUSTER_SLOTS) < set(slots["finetune"]), slots
     slots["finetune"] = list(CLUSTER_SLOTS)
