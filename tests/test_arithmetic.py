@@ -236,11 +236,11 @@ def test_a_training_state_of_another_level_is_not_resumed(digits_dir):
     from conftest import tiny_config
 
     from timestep_lab.config import config_to_dict
-    from timestep_lab.train.files import _not_this_run, run_inputs
+    from timestep_lab.train.files import not_this_run, run_inputs
 
     cfg = tiny_config(digits_dir)
     data = {"images_sha256": "a" * 64, "labels_sha256": "b" * 64}
     state = {"config": config_to_dict(cfg), "nimg": 0, "inputs": run_inputs(cfg, data, "native")}
-    assert _not_this_run(state, cfg, run_inputs(cfg, data, "native")) is None
-    assert _not_this_run(state, cfg, run_inputs(cfg, data, "portable")) == \
+    assert not_this_run(state, cfg, run_inputs(cfg, data, "native")) is None
+    assert not_this_run(state, cfg, run_inputs(cfg, data, "portable")) == \
         "was computed at another reproducibility level (native, now portable)"

@@ -27,7 +27,7 @@ from timestep_lab.cli.common import (
     runtime_args,
     world,
 )
-from timestep_lab.errors import EXIT_RESUMABLE
+from timestep_lab.errors import EXIT_RESUMABLE, InputError
 
 
 def _run_config_args(p: argparse.ArgumentParser) -> None:
@@ -61,6 +61,10 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     runtime_args(p)
     p.add_argument("--out", type=Path, required=True, help="run folder")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint and start over")
+    p.add_argument("--continue-from", type=Path, default=None, metavar="RUN_DIR",
+                   help="a shorter run of this config (only train.total_kimg and logging may differ): an empty --out "
+                        "starts from its training state, not from image 0; the final weights are those of training "
+                        "from scratch (docs/methods.md §14.5)")
     p.add_argument("--stop-after-kimg", type=finite_at_least(0), default=None, help="stop (resumably) after this many kimg")
     p.add_argument("--events", type=Path, default=None,
                    help="folder for TensorBoard event files (live curves; default: OUT/tensorboard)")
@@ -72,11 +76,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train the run described by --config (plus --set overrides) into --out."""
     from timestep_lab.train import train
 
+    if args.continue_from is not None and args.no_resume:
+        raise InputError("--continue-from resumes the shorter run's state: it cannot be combined with --no-resume")
     cfg = load_run_config(args)
     group = world()
     events = None if args.no_events else (args.events or args.out / "tensorboard")
     result = train(cfg, args.out, resume=not args.no_resume, progress=not args.no_progress, world=group,
-                   stop_after_kimg=args.stop_after_kimg, events=events, code=code_identity())
+                   stop_after_kimg=args.stop_after_kimg, events=events, code=code_identity(),
+                   continue_from=args.continue_from)
     if result.status == "interrupted":
         if group.is_main:
             log.warning("%s", result.message)

@@ -49,7 +49,7 @@ from timestep_lab.config import RunConfig, config_to_dict
 from timestep_lab.config.identity import RESUMABLE_CHANGES, config_sha256, differing
 from timestep_lab.optim import EMA
 
-__all__ = ["RESUMABLE_CHANGES", "RunPaths", "snapshot_name", "run_inputs", "read_resume_checkpoint",
+__all__ = ["RESUMABLE_CHANGES", "RunPaths", "snapshot_name", "run_inputs", "read_resume_checkpoint", "not_this_run",
            "ema_state_dict", "publish", "truncate_log"]
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig, inputs: dict, set_as
     ckpt = load_torch(paths.checkpoint, map_location="cpu")
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("config"), dict):
         raise ArtifactError(f"{paths.checkpoint}: not a timestep_lab training checkpoint")
-    why = _not_this_run(ckpt, cfg, inputs)
+    why = not_this_run(ckpt, cfg, inputs)
     if why:
         if not set_aside_stale:
             return None
@@ -131,7 +131,7 @@ def _short(digest: Any) -> str:
     return str(digest)[:12] if digest else "none"
 
 
-def _not_this_run(ckpt: dict, cfg: RunConfig, inputs: dict) -> str | None:
+def not_this_run(ckpt: dict, cfg: RunConfig, inputs: dict) -> str | None:
     """Why the training state ``ckpt`` is not a state of the run ``cfg`` made from ``inputs``
     (a phrase that follows "train_state/"), or None when it is."""
     changed = differing(ckpt["config"], config_to_dict(cfg), RESUMABLE_CHANGES)

@@ -55,6 +55,7 @@ from timestep_lab.train.files import (
     snapshot_name,
     truncate_log,
 )
+from timestep_lab.train.continuation import seed_state
 from timestep_lab.train.mixed_heads import mixed_head_profile
 from timestep_lab.train.monitor import LOG_BINS, NonFiniteLossError
 from timestep_lab.train.step import TrainStep, build_train_step
@@ -86,7 +87,8 @@ class TrainResult:
 
 def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress: bool = True,
           world: World = World(), stop_after_kimg: float | None = None,
-          events: str | Path | None = None, code: Mapping[str, Any] | None = None) -> TrainResult:
+          events: str | Path | None = None, code: Mapping[str, Any] | None = None,
+          continue_from: str | Path | None = None) -> TrainResult:
     """Train the run described by ``cfg`` into ``out_dir`` (see the module docstring).
 
     The per-step work is :meth:`TrainStep.step` of :func:`build_train_step`; this function adds
@@ -97,6 +99,8 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         kimg are done; for tests and time-limited jobs.
     :param events: folder for the run's TensorBoard event files (:mod:`timestep_lab.artifacts.events`);
         None writes none.
+    :param continue_from: a shorter run's folder of this run's config: an empty ``out_dir`` starts from its
+        training state instead of image 0 (:mod:`.continuation`; the same final weights as from scratch).
     :param code: the code identity of this process (:mod:`timestep_lab.artifacts.identity`, given by the
         entry point), written into every ``train_log.jsonl`` record: a run resumed under other
         code says so record by record. Not in ``model.pt``, whose bytes depend on the config,
@@ -107,16 +111,21 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
     # fails at once naming the holder; a dead holder's lock is taken over: timestep_lab.artifacts.runlock)
     with RunLock(out_dir) if world.is_main else contextlib.nullcontext(), StopRequest() as stop:
         return _train(cfg, RunPaths(Path(out_dir)), resume=resume, progress=progress, world=world,
-                      stop_after_kimg=stop_after_kimg, stop=stop, events=events, code=code)
+                      stop_after_kimg=stop_after_kimg, stop=stop, events=events, code=code,
+                      continue_from=continue_from)
 
 
 def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, world: World,
            stop_after_kimg: float | None, stop: StopRequest, events: str | Path | None,
-           code: Mapping[str, Any] | None) -> TrainResult:
+           code: Mapping[str, Any] | None, continue_from: str | Path | None) -> TrainResult:
     """:func:`train` inside its run lock: build the step, resume or start, run the steps, write
     the final files (each part a method of :class:`_Run`, in this order)."""
     tc = cfg.train
     run = _Run(cfg, paths, build_train_step(cfg, world=world), world, code)
+    if continue_from is not None and resume:  # rank 0 copies the state in; every rank then resumes it
+        if world.is_main:
+            seed_state(paths, continue_from, cfg, run.inputs)
+        world.barrier()
     ckpt = run.resume_or_start(resume)
     run.curves = _open_curves(events, cfg, world, run.ts.nimg if ckpt is not None else None)
     world.barrier()
