@@ -11,13 +11,13 @@ import sys
 import pytest
 import torch
 from conftest import tiny_config
+from test_train import assert_same_weights, read_log, weights
 
 from timestep_lab.artifacts.io import ArtifactError, load_torch
 from timestep_lab.config import dump_config
 from timestep_lab.train import train
 from timestep_lab.train.continuation import seed_state
 from timestep_lab.train.files import RunPaths
-from test_train import assert_same_weights, read_log, weights
 
 # a stateful sampler (its loss history is part of the state), warm-up and EMA in images, snapshots
 # on both sides of the shorter run's end: everything that must carry over does

@@ -46,6 +46,7 @@ from timestep_lab.config import RunConfig, config_to_dict, dump_config
 from timestep_lab.distributed import World
 from timestep_lab.optim import EMA
 from timestep_lab.processes.predictions import HEADS, MixedPrediction
+from timestep_lab.train.continuation import seed_state
 from timestep_lab.train.files import (
     RunPaths,
     ema_state_dict,
@@ -55,7 +56,6 @@ from timestep_lab.train.files import (
     snapshot_name,
     truncate_log,
 )
-from timestep_lab.train.continuation import seed_state
 from timestep_lab.train.mixed_heads import mixed_head_profile
 from timestep_lab.train.monitor import LOG_BINS, NonFiniteLossError
 from timestep_lab.train.step import TrainStep, build_train_step
