@@ -37,7 +37,14 @@ def test_claims_are_priced_by_their_own_arms_and_the_figures_order_as_the_design
     # the jobs no FID claim reads are paid once; the claim arms at the configured seeds make up the rest
     configured = sum(int((table["arm"] == a).sum()) * seed[a] for a in arms)
     assert s.fixed == pytest.approx(est.gpu_hours - configured) and 0 < s.fixed < est.gpu_hours
-    assert s.first_look == pytest.approx(s.fixed + 2 * sum(seed[a] for a in arms))
+    # the first look is stage 0: 2 seeds of every staged arm, but 3 of the baseline and of SpeeD's arm,
+    # which the schedules group (no FID claim reads it: unstaged) runs at its seeds 0-2 whatever the
+    # claims say (so do the consistency group's seeds 0-2 of the baseline)
+    stage0 = {a: 3 if a in ("uniform_none_eps_b64_linear", "speed_speed_eps_b64_linear") else 2 for a in arms}
+    assert s.first_look == pytest.approx(s.fixed + sum(stage0[a] * seed[a] for a in arms))
+    # a claim of an unstaged group is not a sequential claim: the planner never adds seeds to it
+    assert "momentum_decay" not in s.claims and "not staged" in s.left_out["momentum_decay"]
+    assert s.fixed_design == pytest.approx(est.gpu_hours)  # this plan is the fixed design (no budget: in it)
     # the worst case in closed form: every claim arm at max_seeds, the convergence claims' arms 3x as long
     growing = {a for k in s.longer for a in found[k]}
     convergence = {c.id for c in CLAIMS if c.judged_at == "convergence"}  # what the regime check can hold back

@@ -137,7 +137,8 @@ def expected_cost(claim_arms: Mapping[str, Sequence[str]], effects: Mapping[str,
                   seed_cost: Mapping[str, float], *, extend_cost: Mapping[str, float] | None = None,
                   longer: Sequence[str] = (), n_start: int = 2, step: int = 1, n_max: int = 10,
                   studies: int = 2000, alpha: float = ALPHA, prior_sd: float = PRIOR_SD,
-                  rng: np.random.Generator, test: str = "safe") -> dict[str, float]:
+                  rng: np.random.Generator, test: str = "safe",
+                  start: Mapping[str, int] | None = None) -> dict[str, float]:
     """Expected and worst-case cost of the sequential design of ``claim_arms`` (claim -> the arms it
     needs besides the shared baseline, which every claim needs: list it in ``seed_cost`` under
     ``"baseline"``) when claim ``j``'s true effect is ``effects[j]`` run SDs; ``seed_cost[arm]``: one
@@ -146,7 +147,9 @@ def expected_cost(claim_arms: Mapping[str, Sequence[str]], effects: Mapping[str,
     (absent: the arm does not grow); the expectation assumes the claims ``longer`` (e.g. those not
     judged at the configured length) need it, for every seed their arms run; the worst case, every
     arm that can grow, for ``n_max`` seeds. ``test``: as :func:`simulate` ("envelope" when the
-    verdicts use the skew envelope, ``budget.calibration``).
+    verdicts use the skew envelope, ``budget.calibration``). ``start[arm]``: the seeds an arm has in
+    the first look when other than ``n_start`` (a run another, unstaged group needs runs whatever the
+    claims say): an arm costs ``max(its seeds, start)`` seeds.
 
     :returns: ``{"expected", "worst", "fixed_at_start", "p_resolved"}``: the mean cost over simulated
         studies, the worst case, the first look's cost (no extension), and the mean share of claims resolved."""
@@ -161,8 +164,10 @@ def expected_cost(claim_arms: Mapping[str, Sequence[str]], effects: Mapping[str,
             i = arms.index(a)
             seeds[:, i] = np.maximum(seeds[:, i], out.stop_n[:, j])
             grows[i] |= k in longer
+    first = np.array([float((start or {}).get(a, n_start)) for a in arms])
+    seeds = np.maximum(seeds, first)
     price = np.array([float(seed_cost[a]) for a in arms])
     extend = np.array([float((extend_cost or {}).get(a, 0.0)) for a in arms])
     return {"expected": float((seeds @ (price + np.where(grows, extend, 0.0))).mean()),
-            "worst": float(n_max * (price + extend).sum()), "fixed_at_start": float(n_start * price.sum()),
+            "worst": float(np.maximum(n_max, first) @ (price + extend)), "fixed_at_start": float(first @ price),
             "p_resolved": float((out.finding != 0).mean())}

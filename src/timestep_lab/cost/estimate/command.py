@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     # for every invocation (``--help`` included)
     from timestep_lab.config import budget_config
     from timestep_lab.cost.estimate.sequential import format_sequential, sequential_cost
-    from timestep_lab.cost.estimate.study import load_plan
+    from timestep_lab.cost.estimate.study import load_plan, plan_from_dict
     from timestep_lab.cost.estimate.table import estimate, format_table, to_json
 
     plan = load_plan(args.study, args.snakefile)
@@ -146,7 +146,11 @@ def run(args: argparse.Namespace) -> int:
     calibration, measured = (None, None) if args.no_calibration else _learn(plan, args, device)
     est = estimate(plan, device, calibration, measured, _profile_retries(Path(args.snakefile).resolve().parent))
     budget = budget_config(plan.study, plan.source)  # None: the fixed design
-    seq = sequential_cost(plan, est, budget) if budget is not None else None
+    seq = None
+    if budget is not None:  # the table prices stage 0; the fixed design it replaces is priced beside it
+        fixed = plan_from_dict({k: v for k, v in plan.study.items() if k != "budget"}, plan.source, args.snakefile)
+        fixed_est = estimate(fixed, device, calibration, measured, _profile_retries(Path(args.snakefile).resolve().parent))
+        seq = sequential_cost(plan, est, budget, fixed_design=fixed_est.gpu_hours)
     record = {**to_json(est), **({"sequential": seq.as_dict()} if seq is not None else {})}
     if args.json:
         print(json.dumps(record, indent=2))

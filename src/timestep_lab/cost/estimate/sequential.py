@@ -12,7 +12,16 @@ costs depends on what the data say, so the estimate prices it under stated assum
   times its training and progress points again; the claims judged at convergence
   (``judged_at: convergence``, §9.7) are the ones expected to need it;
 * **every other job** (data, reference statistics, the analyses and their derived runs, runs of
-  arms no FID claim reads, reports) is paid once, as in the fixed design;
+  arms no FID claim reads, reports) is paid once, as in the fixed design; so are the arms of a claim
+  that reads a group the workflow does not stage (one that lists no ``seeds:``, e.g. the consistency
+  group's momentum-decay entries: :func:`timestep_lab.workflow.stages.staged_groups`): the planner
+  never adds seeds to them, and the estimate prices them as configured;
+* **the first look** is stage 0's DAG: the staged groups at ``initial_seeds``, and every run an
+  unstaged group needs whatever the claims say (the consistency group's seeds are the sampler
+  comparison's uniform runs: that arm starts with all of them). For a study config with ``budget:``
+  the estimate's table prices exactly that DAG, and the first look is its total;
+* **the fixed design** is the same study without ``budget:``, priced by the caller (the estimate
+  command prices both), so that the expectation is read against what it replaces;
 * the claims' true effects, in units of one run's SD, are a **scenario**: all 0 (nothing to find:
   every claim runs to ``max_seeds``), all 1 and all 2. The expectation of each is a simulation of
   the design (:func:`timestep_lab.evidence.sequential_sim.expected_cost`, 2,000 studies, seeded),
@@ -38,7 +47,7 @@ from timestep_lab.cost.estimate.table import Estimate
 from timestep_lab.evidence.sequential_sim import expected_cost
 from timestep_lab.evidence.verdicts import resolve_selector, select_arm
 from timestep_lab.workflow import arm_id, base_columns, run_table, study_runs
-from timestep_lab.workflow.stages import staged_study
+from timestep_lab.workflow.stages import staged_groups, staged_study
 
 __all__ = ["PER_RUN_RULES", "GROWING_RULES", "SCENARIOS", "SequentialCost", "claim_arms", "seed_costs",
            "sequential_cost", "format_sequential"]
@@ -58,11 +67,13 @@ SEED = 20261129  # the simulation's seed: the same estimate every time
 @dataclass(frozen=True)
 class SequentialCost:
     """Hours on the estimate's device (CPU-core-hours on ``cpu``). ``fixed``: the jobs paid once;
-    ``first_look``: ``fixed`` + every claim arm at ``initial_seeds``; ``expected``: scenario (effect
+    ``first_look``: stage 0, ``fixed`` + every claim arm at its stage-0 seeds (``initial_seeds``, or
+    more where an unstaged group runs more of it); ``expected``: scenario (effect
     in run SDs) -> mean cost; ``resolved``: scenario -> mean share of claims resolved; ``worst``: every
     claim arm at ``max_seeds`` and every growing arm ``max_length`` times as long; ``fixed_design``:
-    the estimate's total; ``claims``: claim id -> (arm, baseline arm) priced; ``left_out``: claim id ->
-    why it is not priced (its arms are not in the study, or not one arm each); ``seed_cost``: claim arm ->
+    the same study without ``budget:`` (nan when not priced); ``claims``: claim id -> (arm, baseline
+    arm) priced; ``left_out``: claim id -> why it is not priced (an analysis, its arms not in the study
+    or not one arm each, its group not staged); ``seed_cost``: claim arm ->
     one more seed of it, ``extend_cost``: growing arm -> one seed of it trained to ``max_length``
     (what the workflow's stage planner prices a stage with, docs/methods.md §14.5)."""
 
@@ -91,12 +102,13 @@ class SequentialCost:
                 "assumes": assumptions(self.budget)}
 
 
-def _run_table(plan: Plan, budget: BudgetConfig | None = None) -> pd.DataFrame:
+def _run_table(plan: Plan, budget: BudgetConfig | None = None, stage0: bool = False) -> pd.DataFrame:
     """One row per run of a study group: ``run``, ``arm``, ``groups``, the axes and the arm columns
-    (what claims select arms by, as in ``runs.csv``). For a study config with ``budget:``: stage 0's
-    run table (the staged groups at ``initial_seeds``, :func:`timestep_lab.workflow.stages.staged_study`),
-    the runs the workflow's DAG holds before its first look, which the estimate priced."""
-    staged = budget is not None and plan.study.get("budget") is not None  # the workflow staged the study's DAG
+    (what claims select arms by, as in ``runs.csv``): the runs the estimate priced. For a study config
+    with ``budget:`` (or with ``stage0``): stage 0's run table (the staged groups at ``initial_seeds``,
+    :func:`timestep_lab.workflow.stages.staged_study`), the runs the workflow's DAG holds before its
+    first look."""
+    staged = budget is not None and (stage0 or plan.study.get("budget") is not None)
     study = staged_study(plan.study, budget.initial_seeds, budget.max_seeds) if staged else plan.study
     table = run_table(study_runs(study, plan.source))  # the rows collect writes to runs.csv
     return pd.DataFrame([{"run": rid, "arm": arm_id(rid, info["axes"].get("seed")), "groups": ";".join(info["groups"]),
@@ -107,9 +119,12 @@ def claim_arms(plan: Plan, claims: Sequence[Claim] = CLAIMS, budget: BudgetConfi
                ) -> tuple[dict[str, tuple[str, str]], dict[str, str], pd.DataFrame]:
     """Each FID claim's ``(arm, baseline arm)`` in the plan's run table, as the verdicts select them
     (:func:`timestep_lab.evidence.verdicts.select_arm`); claims whose arm or baseline is not exactly
-    one arm of the study are left out, with the reason. Also returns the run table (stage 0's with ``budget``)."""
+    one arm of the study are left out, with the reason, and so are claims of a group the workflow does
+    not stage (:func:`~timestep_lab.workflow.stages.staged_groups`: their runs are paid once, as
+    configured). Also returns the run table (stage 0's with ``budget``)."""
     table = _run_table(plan, budget)
     base = base_columns(plan.study)
+    staged = staged_groups(plan.study)
     found, left = {}, {}
     for c in claims:
         if c.kind != "fid":
@@ -118,6 +133,9 @@ def claim_arms(plan: Plan, claims: Sequence[Claim] = CLAIMS, budget: BudgetConfi
         rows = table[table["groups"].str.split(";").apply(lambda g, grp=c.group: grp in g)] if len(table) else table
         if not len(rows):
             left[c.id] = f"the study has no group {c.group}"
+            continue
+        if c.group not in staged:
+            left[c.id] = f"group {c.group} lists no seeds: not staged, its runs are paid once as configured"
             continue
         arm = select_arm(rows, resolve_selector(c.arm, rows, base))
         baseline = select_arm(rows, resolve_selector(c.baseline, rows, base))
@@ -158,13 +176,17 @@ def assumptions(budget: BudgetConfig) -> str:
 
 
 def sequential_cost(plan: Plan, est: Estimate, budget: BudgetConfig, claims: Sequence[Claim] = CLAIMS,
-                    *, studies: int = STUDIES, seed: int = SEED) -> SequentialCost:
-    """The :class:`SequentialCost` of ``plan`` under ``budget``, priced by ``est`` (module docstring)."""
-    found, left, table = claim_arms(plan, claims, budget)  # the DAG the estimate priced: stage 0's
+                    *, studies: int = STUDIES, seed: int = SEED, fixed_design: float | None = None) -> SequentialCost:
+    """The :class:`SequentialCost` of ``plan`` under ``budget``, priced by ``est`` (module docstring).
+    ``fixed_design``: the total of the same study without ``budget:`` (the estimate command prices it);
+    None: ``est``'s own total when ``plan`` is not staged (it is then the fixed design), else unknown (nan)."""
+    found, left, table = claim_arms(plan, claims, budget)  # the DAG the estimate priced
     seed_h, grow_h = seed_costs(plan, est, table)
-    configured = {arm: int((table["arm"] == arm).sum()) for arm in seed_h}  # seeds the fixed design runs
+    priced = {arm: int((table["arm"] == arm).sum()) for arm in seed_h}  # each arm's seeds in the priced DAG
+    stage0 = _run_table(plan, budget, stage0=True)
+    first_seeds = {arm: int((stage0["arm"] == arm).sum()) for arm in seed_h}  # ... and in stage 0's
     arms = sorted({a for pair in found.values() for a in pair})
-    fixed = est.gpu_hours - sum(configured[a] * seed_h[a] for a in arms)
+    fixed = est.gpu_hours - sum(priced[a] * seed_h[a] for a in arms)
     by_id = {c.id: c for c in claims}
     longer = tuple(k for k in found if by_id[k].judged_at == "convergence")
     # only the arms of claims the regime check can hold back ("not judged at this length") ever grow
@@ -176,13 +198,16 @@ def sequential_cost(plan: Plan, est: Estimate, budget: BudgetConfig, claims: Seq
         out = expected_cost(claim_arm_lists, {k: effect for k in found}, costs, extend_cost=extend, longer=longer,
                             n_start=budget.initial_seeds, step=budget.step_seeds, n_max=budget.max_seeds,
                             studies=studies, prior_sd=budget.prior_sd, rng=np.random.default_rng(seed),
-                            test=_TESTS[budget.calibration])
+                            test=_TESTS[budget.calibration], start={a: first_seeds[a] for a in arms})
         expected[effect], resolved[effect] = fixed + out["expected"], out["p_resolved"]
-    # whatever the data: every claim arm at max_seeds, the growing ones at max_length
-    worst = fixed + budget.max_seeds * sum(seed_h[a] + extend.get(a, 0.0) for a in arms)
-    first = fixed + budget.initial_seeds * sum(seed_h[a] for a in arms)
+    # whatever the data: every claim arm at max_seeds (or more, where stage 0 has more), the growing ones
+    # at max_length
+    worst = fixed + sum(max(budget.max_seeds, first_seeds[a]) * (seed_h[a] + extend.get(a, 0.0)) for a in arms)
+    first = fixed + sum(first_seeds[a] * seed_h[a] for a in arms)  # = est's total when the plan is stage 0's
+    if fixed_design is None:
+        fixed_design = est.gpu_hours if plan.study.get("budget") is None else float("nan")
     unit = "CPU-core-hours" if est.device == "cpu" else f"GPU-hours ({est.device})"
-    return SequentialCost(budget, est.device, unit, fixed, first, expected, resolved, worst, est.gpu_hours, found, left,
+    return SequentialCost(budget, est.device, unit, fixed, first, expected, resolved, worst, fixed_design, found, left,
                           longer, {a: seed_h[a] for a in arms}, extend)
 
 
@@ -195,9 +220,10 @@ def format_sequential(s: SequentialCost, show_left_out: int = 4) -> str:
     b = s.budget
     lines = [f"sequential design (budget: {b.amount:g} {b.unit}{f' on {b.gpu}' if b.gpu else ''}; "
              f"docs/methods.md §14), in {s.unit}:",
-             f"  fixed design (the table above): {_h(s.fixed_design)}",
+             f"  fixed design (the same study without budget:): {_h(s.fixed_design)}",
              f"  paid once (data, references, analyses, reports, runs no FID claim reads): {_h(s.fixed)}",
-             f"  first look ({b.initial_seeds} seeds per arm of {len(s.claims)} claims): {_h(s.first_look)}"]
+             f"  first look (stage 0: {b.initial_seeds} seeds per arm of {len(s.claims)} claims, every run of the "
+             f"unstaged groups): {_h(s.first_look)}"]
     for effect, cost in s.expected.items():
         lines.append(f"  expected if every claim's true effect is {effect:g} run SD: {_h(cost)} "
                      f"({s.resolved[effect]:.0%} of claims resolved)")
