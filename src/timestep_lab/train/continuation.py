@@ -34,9 +34,10 @@ from pathlib import Path
 from timestep_lab.artifacts.io import ArtifactError, load_torch
 from timestep_lab.checkpoints import CHECKPOINT_FORMAT
 from timestep_lab.config import RunConfig
+from timestep_lab.distributed import World
 from timestep_lab.train.files import RunPaths, not_this_run
 
-__all__ = ["seed_state"]
+__all__ = ["seed_state", "continue_run"]
 
 log = logging.getLogger(__name__)
 
@@ -82,3 +83,11 @@ def seed_state(paths: RunPaths, shorter: str | Path, cfg: RunConfig, inputs: dic
     os.replace(tmp, paths.state)
     log.info("%s: continues %s from %.1f kimg", paths.out, shorter, nimg / 1000)
     return True
+
+
+def continue_run(paths: RunPaths, shorter: str | Path, cfg: RunConfig, inputs: dict, world: World) -> None:
+    """:func:`seed_state` by the main process only (the one that writes files), every process waiting
+    for it: then every rank resumes the copied state."""
+    if world.is_main:
+        seed_state(paths, shorter, cfg, inputs)
+    world.barrier()

@@ -46,7 +46,7 @@ from timestep_lab.config import RunConfig, config_to_dict, dump_config
 from timestep_lab.distributed import World
 from timestep_lab.optim import EMA
 from timestep_lab.processes.predictions import HEADS, MixedPrediction
-from timestep_lab.train.continuation import seed_state
+from timestep_lab.train.continuation import continue_run
 from timestep_lab.train.files import (
     RunPaths,
     ema_state_dict,
@@ -99,8 +99,7 @@ def train(cfg: RunConfig, out_dir: str | Path, *, resume: bool = True, progress:
         kimg are done; for tests and time-limited jobs.
     :param events: folder for the run's TensorBoard event files (:mod:`timestep_lab.artifacts.events`);
         None writes none.
-    :param continue_from: a shorter run's folder of this run's config: an empty ``out_dir`` starts from its
-        training state instead of image 0 (:mod:`.continuation`; the same final weights as from scratch).
+    :param continue_from: a shorter run of this config: an empty ``out_dir`` starts from its state (:mod:`.continuation`).
     :param code: the code identity of this process (:mod:`timestep_lab.artifacts.identity`, given by the
         entry point), written into every ``train_log.jsonl`` record: a run resumed under other
         code says so record by record. Not in ``model.pt``, whose bytes depend on the config,
@@ -122,10 +121,8 @@ def _train(cfg: RunConfig, paths: RunPaths, *, resume: bool, progress: bool, wor
     the final files (each part a method of :class:`_Run`, in this order)."""
     tc = cfg.train
     run = _Run(cfg, paths, build_train_step(cfg, world=world), world, code)
-    if continue_from is not None and resume:  # rank 0 copies the state in; every rank then resumes it
-        if world.is_main:
-            seed_state(paths, continue_from, cfg, run.inputs)
-        world.barrier()
+    if continue_from is not None and resume:  # the shorter run's state copied in, then resumed as any
+        continue_run(paths, continue_from, cfg, run.inputs, world)
     ckpt = run.resume_or_start(resume)
     run.curves = _open_curves(events, cfg, world, run.ts.nimg if ckpt is not None else None)
     world.barrier()
