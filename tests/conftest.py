@@ -190,8 +190,8 @@ REHEARSAL_ENV = {"TIMESTEP_LAB_SLURM_SIGNAL_S": "0"}
 # Through SLURM every group job pays its own snakemake starts and its warm-start server's imports,
 # and the one-node test cluster runs two group jobs at a time, so the cluster rehearses a smaller
 # study: the test is of the cluster path (submission, groups, resources, retries, every rule kind
-# once), not of the science, which the local rehearsals of
-# config/celebahq.yaml and config/imagenet.yaml (same groups, full rehearsal grids) run end to end.
+# once), not of the science, which the local rehearsal of config/celebahq.yaml (same groups, full
+# rehearsal grids) runs end to end; the local rehearsal of config/imagenet.yaml is cut the same way.
 # Cut: the sampler comparison to the baseline and SpeeD's sampler + weighting (its list entry), the
 # one claim the cluster checks with two paired seeds (speed_faster: CLUSTER_PAIRED; each of the six
 # arms cut cost ~5 jobs, each job ~2.5 s of snakemake start inside its group job, ~90 s of the
@@ -207,8 +207,9 @@ CLUSTER_SLOTS = [3, 9]
 CLUSTER_PAIRED = ("speed_faster",)
 
 
-def trim_for_cluster(config: Path) -> None:
-    """The rehearsal config at ``config`` cut to the cluster's study (CLUSTER_*, above)."""
+def trim_rehearsal(config: Path) -> None:
+    """The rehearsal config at ``config`` cut to the cluster's study (CLUSTER_*, above; the local
+    imagenet rehearsal is cut the same way: tests/test_paper_rehearsals.py)."""
     import yaml
 
     cfg = yaml.safe_load(config.read_text())
@@ -366,7 +367,7 @@ def cluster_rehearsal(request, tmp_path_factory) -> StudyRun:
         args += [*slurm_args(cluster, groups=False), *REHEARSAL_GROUPS]
         env.update(REHEARSAL_ENV)
         if prepare.returncode == 0:
-            trim_for_cluster(root / "rehearsal" / CLUSTER_REHEARSAL / "config.yaml")
+            trim_rehearsal(root / "rehearsal" / CLUSTER_REHEARSAL / "config.yaml")
     if prepare.returncode != 0:
         rc, log, seconds = prepare.returncode, prepare.stdout, 0.0
     else:

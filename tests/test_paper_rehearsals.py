@@ -1,14 +1,15 @@
 """The three paper configs rehearsed end to end through Snakemake, as a user would before
 submitting them: `python -m timestep_lab rehearse config/<study>.yaml --fast-features` in a fresh
 copy of the repo (fake data in the true on-disk formats, a random pretrained reference in its
-format, the random rehearsal-cnn for the metrics). The cluster rehearsal (through the SLURM
-profile) is the `cluster_rehearsal` fixture's, checked in tests/test_slurm.py with the
-assertions below (`check_rehearsal`)."""
+format, the random rehearsal-cnn for the metrics); imagenet's with its config cut as the cluster's
+(below). The cluster rehearsal (through the SLURM profile) is the `cluster_rehearsal` fixture's,
+checked in tests/test_slurm.py with the assertions below (`check_rehearsal`)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import CLUSTER_PAIRED, trim_rehearsal
 from worktree import children_cpu_s, copy_worktree, study_env
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
@@ -102,27 +104,38 @@ def _check_latent(root: Path, name: str, res: Path, metrics: pd.DataFrame, runs:
         assert (model == "dit") == (rid in set(grouped)) and cfg["data"]["path"].endswith("-latents") == (model == "dit")
 
 
-# celebahq: the real run's estimate too (~17 CPU-s: the FLOPs of its networks); imagenet without
-@pytest.mark.parametrize("name, estimate", [("celebahq", True), ("imagenet", False)])
-def test_paper_config_rehearses_end_to_end(name, estimate, tmp_path):
+# celebahq: the whole rehearsal as a user runs it (`rehearse`, with the real run's estimate: ~17 CPU-s of
+# its networks' FLOPs), every sampler arm, SpeeD's, the adaptive sampler's and CLTS's claims with two paired
+# seeds. imagenet: `rehearse --prepare-only`, the config cut as the cluster's (conftest.trim_rehearsal:
+# every group, analysis, rule kind and report, the sampler comparison at the baseline and SpeeD; 17 of
+# its 39 trainings), then the snakemake command it printed: what only imagenet has (class labels,
+# classifier-free guidance, a guided-diffusion reference) runs end to end at half the suite's time.
+@pytest.mark.parametrize("name, whole", [("celebahq", True), ("imagenet", False)])
+def test_paper_config_rehearses_end_to_end(name, whole, tmp_path):
     root = copy_worktree(tmp_path / "repo")
     cpu0, t0 = children_cpu_s(), time.monotonic()
     r = subprocess.run([sys.executable, "-m", "timestep_lab", "rehearse", f"config/{name}.yaml", "--fast-features",
-                        *([] if estimate else ["--no-estimate"])], cwd=root, env=study_env(),
+                        *([] if whole else ["--no-estimate", "--prepare-only"])], cwd=root, env=study_env(),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
-    wall, cpu = time.monotonic() - t0, children_cpu_s() - cpu0
     assert r.returncode == 0, r.stdout[-6000:]
     out = r.stdout
-    assert f"rehearsal of config/{name}.yaml passed" in out
+    if not whole:
+        trim_rehearsal(root / "rehearsal" / name / "config.yaml")
+        command = shlex.split(re.search(r"^rehearse: (\S*snakemake --configfile \S+)$", out, re.M)[1])
+        run = subprocess.run(command, cwd=root, env=study_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=1800)
+        assert run.returncode == 0, run.stdout[-6000:]
+    wall, cpu = time.monotonic() - t0, children_cpu_s() - cpu0
+    assert (f"rehearsal of config/{name}.yaml passed" in out) == whole
     needs = out.split("that the rehearsal stood in for:", 1)[1]
     assert re.search(r"data: data/raw/\S+ \(\w+, MISSING\)", needs)
     assert "weights-inception-2015-12-05-6726825d.pth (MISSING)" in needs
     assert f"({FORMATS[name]} format, MISSING)" in needs
     assert "GPU(s) per training job" in needs
-    assert ("GPU-hours" in needs) == estimate  # the estimate's total
+    assert ("GPU-hours" in needs) == whole  # the estimate's total
     if name in LATENT:  # the stand-in list names the VAE's, and a real run needs the VAE's folder
         assert "rehearse: stand-in: VAE sd-vae-ft-ema: a random AutoencoderKL of its family" in out
         assert f"rehearse: wrote rehearsal/{name}/vae" in out
         assert "VAE: data/weights/sd-vae-ft-ema (a diffusers AutoencoderKL folder" in needs and "MISSING)" in needs
-    check_rehearsal(root, name)
+    check_rehearsal(root, name, PAIRED if whole else CLUSTER_PAIRED)
     print(f"rehearsal of config/{name}.yaml: {wall:.0f} s wall, {cpu:.0f} CPU-s (rehearse + snakemake + jobs)")
