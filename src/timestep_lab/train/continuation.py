@@ -7,8 +7,8 @@ shorter run's training state *is* the longer run's state at the shorter length, 
 training step computes depends on ``train.total_kimg`` (the learning-rate, EMA, warm-up and sampler
 schedules are all in images seen, and the state holds the optimizer, EMA, sampler, data stream and
 generator). :func:`seed_state` copies that state into the longer run's empty folder; training then
-resumes it as it would resume a killed run, and ends with the same weights, byte for byte, as the
-longer run trained from scratch (``tests/test_continuation.py``).
+resumes it as it would resume a killed run, and ends with the same weights as the
+longer run trained from scratch, tensor for tensor (``tests/test_continuation.py``).
 
 Only a state of this very run at a shorter length is taken, by the rule every resume follows
 (:func:`timestep_lab.train.files.not_this_run`): the same config up to
@@ -31,22 +31,14 @@ import os
 import shutil
 from pathlib import Path
 
-from timestep_lab.artifacts.io import ArtifactError, load_torch
-from timestep_lab.checkpoints import CHECKPOINT_FORMAT
+from timestep_lab.artifacts.io import ArtifactError
 from timestep_lab.config import RunConfig
 from timestep_lab.distributed import World
-from timestep_lab.train.files import RunPaths, not_this_run
+from timestep_lab.train.files import RunPaths, link_or_copy, load_state, not_this_run
 
 __all__ = ["seed_state", "continue_run"]
 
 log = logging.getLogger(__name__)
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def seed_state(paths: RunPaths, shorter: str | Path, cfg: RunConfig, inputs: dict) -> bool:
@@ -63,9 +55,7 @@ def seed_state(paths: RunPaths, shorter: str | Path, cfg: RunConfig, inputs: dic
     src = RunPaths(Path(shorter))
     if not src.checkpoint.exists():
         raise ArtifactError(f"{src.checkpoint}: no training state to continue from (train the shorter run first)")
-    ckpt = load_torch(src.checkpoint, map_location="cpu")
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("config"), dict):
-        raise ArtifactError(f"{src.checkpoint}: not a timestep_lab training checkpoint")
+    ckpt = load_state(src.checkpoint)
     why = not_this_run(ckpt, cfg, inputs)
     if why:
         raise ArtifactError(f"{shorter}: not a shorter run of {paths.out}: its train_state/ {why}")
@@ -74,11 +64,11 @@ def seed_state(paths: RunPaths, shorter: str | Path, cfg: RunConfig, inputs: dic
     tmp = paths.out / f".train_state.continue-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "snapshots").mkdir(parents=True)
-    _link_or_copy(src.checkpoint, tmp / src.checkpoint.name)
+    link_or_copy(src.checkpoint, tmp / src.checkpoint.name)
     if src.state_log.exists():
         shutil.copyfile(src.state_log, tmp / src.state_log.name)
     for snap in sorted(src.state_snapshots.glob("*.pt")) if src.state_snapshots.exists() else ():
-        _link_or_copy(snap, tmp / "snapshots" / snap.name)
+        link_or_copy(snap, tmp / "snapshots" / snap.name)
     shutil.rmtree(paths.state, ignore_errors=True)  # an empty or partial state folder: nothing of this run's
     os.replace(tmp, paths.state)
     log.info("%s: continues %s from %.1f kimg", paths.out, shorter, nimg / 1000)

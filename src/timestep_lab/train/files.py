@@ -50,7 +50,7 @@ from timestep_lab.config.identity import RESUMABLE_CHANGES, config_sha256, diffe
 from timestep_lab.optim import EMA
 
 __all__ = ["RESUMABLE_CHANGES", "RunPaths", "snapshot_name", "run_inputs", "read_resume_checkpoint", "not_this_run",
-           "ema_state_dict", "publish", "truncate_log"]
+           "load_state", "link_or_copy", "ema_state_dict", "publish", "truncate_log"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,24 @@ def run_inputs(cfg: RunConfig, data_identity: dict, arithmetic: str | None = Non
             "init_sha256": model_sha256(init) if init else None, "arithmetic": arithmetic}
 
 
+def load_state(path: Path) -> dict:
+    """A training state (``train_state/checkpoint.pt``); a file that is not one is an :class:`ArtifactError`."""
+    ckpt = load_torch(path, map_location="cpu")
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("config"), dict):
+        raise ArtifactError(f"{path}: not a timestep_lab training checkpoint")
+    return ckpt
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """``dst`` a hard link to ``src`` where the file system allows, else an atomic copy (for files that
+    are replaced, never written into: checkpoints, snapshots)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        with atomic_path(dst) as tmp:
+            shutil.copyfile(src, tmp)
+
+
 def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig, inputs: dict, set_aside_stale: bool = True) -> dict | None:
     """``train_state/checkpoint.pt`` when it is ours and belongs to this run (module docstring:
     the config up to :data:`RESUMABLE_CHANGES`, the ``inputs`` of :func:`run_inputs`, the
@@ -113,9 +131,7 @@ def read_resume_checkpoint(paths: RunPaths, cfg: RunConfig, inputs: dict, set_as
     """
     if not paths.checkpoint.exists():
         return None
-    ckpt = load_torch(paths.checkpoint, map_location="cpu")
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("config"), dict):
-        raise ArtifactError(f"{paths.checkpoint}: not a timestep_lab training checkpoint")
+    ckpt = load_state(paths.checkpoint)
     why = not_this_run(ckpt, cfg, inputs)
     if why:
         if not set_aside_stale:
@@ -188,13 +204,8 @@ def publish(paths: RunPaths) -> None:
     if paths.state_snapshots.exists():
         for snap in sorted(paths.state_snapshots.glob("*.pt")):
             dst = paths.snapshots / snap.name
-            if dst.exists():
-                continue
-            try:
-                os.link(snap, dst)
-            except OSError:
-                with atomic_path(dst) as tmp:
-                    shutil.copyfile(snap, tmp)
+            if not dst.exists():
+                link_or_copy(snap, dst)
 
 
 def truncate_log(path: Path, nimg: int) -> None:
