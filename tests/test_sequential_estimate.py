@@ -59,3 +59,32 @@ def test_claims_are_priced_by_their_own_arms_and_the_figures_order_as_the_design
     assert skew.resolved[2.0] < s.resolved[2.0] and skew.expected[2.0] > s.expected[2.0]
     assert skew.worst == pytest.approx(s.worst) and "skew_envelope calibration" in skew.as_dict()["assumes"]
 
+
+
+def test_a_budgeted_study_is_priced_on_its_budgets_device_whatever_it_runs_on(tmp_path, capsys):
+    """The smoke study runs on CPU; with a budget in A100-hours the estimate (the workflow's estimate
+    job runs exactly this) prices it on the A100, so that the stage plans weigh A100-hours against
+    budget.amount; a card the estimator does not know is one error line naming budget.gpu."""
+    import json
+
+    import yaml
+    from worktree import ROOT
+
+    from timestep_lab.cli import main  # in this process: no second interpreter
+
+    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    assert cfg["resources"]["device"] == "cpu"
+    cfg["budget"] = {"amount": 5, "unit": "gpu-hours", "gpu": "A100", "max_seeds": 3}
+    (tmp_path / "smoke.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    args = ["estimate", str(tmp_path / "smoke.yaml"), "--snakefile", str(ROOT / "Snakefile"), "--no-calibration"]
+    assert main([*args, "--out", str(tmp_path / "estimate.json")]) == 0
+    out = capsys.readouterr().out
+    written = json.loads((tmp_path / "estimate.json").read_text())
+    assert written["device"] == "a100" and written["sequential"]["device"] == "a100"
+    assert written["sequential"]["unit"] == "GPU-hours (a100)" and "note:" not in out
+
+    cfg["budget"]["gpu"] = "a10"
+    (tmp_path / "smoke.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "budget.gpu: unknown card 'a10'" in err[0], err

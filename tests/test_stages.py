@@ -83,7 +83,7 @@ def _verdicts(diffs: list[float], verdict: str = "inconclusive", sd: float | Non
                        {"id": "an_analysis", "kind": "analysis", "test": "analysis:x", "verdict": "inconclusive"}]}
 
 
-COSTS = {"first_look": 1.0, "seed_cost": {A: 0.25, B: 0.25}, "unit": "CPU-core-hours"}
+COSTS = {"first_look": 1.0, "seed_cost": {A: 0.25, B: 0.25}, "unit": "CPU-core-hours", "device": "cpu"}
 
 
 def _plan(verdicts, amount=10.0, previous=None, k=0, **budget):
@@ -128,6 +128,19 @@ def test_a_missing_price_is_one_error():
         plan_next(_verdicts([1.0, 2.0]), {}, b, {}, [], None, 0)
     with pytest.raises(ConfigError, match="budget.max_stages must be >= 1"):
         budget_config({"budget": {"amount": 1, "max_stages": 0}}, "c.yaml")
+
+
+def test_prices_on_another_device_than_the_budgets_are_refused():
+    """The plan weighs the estimate's prices against budget.amount: both must count one device's hours."""
+    assert BudgetConfig(amount=1.0).device == "cpu"
+    h100 = BudgetConfig(amount=100.0, unit="gpu-hours", gpu="H100")
+    assert h100.device == "h100"
+    with pytest.raises(ArtifactError, match=r"estimate.json: priced on 'cpu', but the budget counts gpu-hours on H100"):
+        plan_next(_verdicts([-5.0, -5.4]), COSTS, h100, {}, [], None, 0)
+    with pytest.raises(ArtifactError, match=r"priced on None"):  # an estimate.json from before the device was recorded
+        plan_next(_verdicts([-5.0, -5.4]), {k: v for k, v in COSTS.items() if k != "device"}, BudgetConfig(amount=1.0),
+                  {}, [], None, 0)
+    assert _plan(_verdicts([-5.0, -5.4])).stop is None  # the same prices on the budget's device are taken
 
 
 def test_fid_claims_are_judged_by_the_confidence_sequence_and_the_analyses_stay_in_holms_family():

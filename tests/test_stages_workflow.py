@@ -79,7 +79,7 @@ def _provide(root, jobs) -> list[str]:
                                             "sec_per_step": 0.06, "loss": 0.5}) + "\n")
             elif path.name == "estimate.json":  # the estimate's prices: stage 0, and one seed of each arm
                 path.write_text(json.dumps({"sequential": {"first_look": 0.2, "seed_cost": {A: 0.05, B: 0.05},
-                                                           "unit": "CPU-core-hours"}}))
+                                                           "unit": "CPU-core-hours", "device": "cpu"}}))
             else:
                 path.write_bytes(b"")
             os.utime(path, (OLD, OLD))

@@ -378,3 +378,9 @@ class BudgetConfig:
         _require(self.calibration in SEQUENTIAL_CALIBRATIONS,
                  f"calibration must be one of {', '.join(SEQUENTIAL_CALIBRATIONS)}, got {self.calibration!r}")
         _require(self.max_stages >= 1, f"max_stages must be >= 1 (stage 0 is the first look), got {self.max_stages}")
+
+    @property
+    def device(self) -> str:
+        """The estimator's device the budget is counted on: ``cpu`` for CPU-core-hours, else the card
+        (lower case, as the estimator's ``--gpu`` names it)."""
+        return "cpu" if self.unit == "cpu-core-hours" else str(self.gpu).strip().lower()

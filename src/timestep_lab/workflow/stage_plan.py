@@ -6,7 +6,8 @@
   (``test``), arm, baseline, paired seeds ``n``, mean difference, SD, detectable effect and verdict;
 * ``costs``: the estimate's prices (``estimate.json``'s ``sequential`` block,
   :mod:`timestep_lab.cost.estimate.sequential`): ``first_look`` (what stage 0 costs),
-  ``seed_cost[arm]`` (one more seed of an arm) and its ``unit``;
+  ``seed_cost[arm]`` (one more seed of an arm), the ``device`` they are priced on (the budget's
+  own: anything else is refused) and its ``unit``;
 * the budget, the arms' runs in seed order (:func:`timestep_lab.workflow.stages.arm_runs`), the
   staged runs of stage 0 and the previous plan (None after stage 0);
 
@@ -69,6 +70,10 @@ def plan_next(verdicts: Mapping[str, Any], costs: Mapping[str, Any], budget: Bud
     if not isinstance(costs.get("seed_cost"), Mapping) or not _num(costs.get("first_look")) >= 0:
         raise ArtifactError("estimate.json: no sequential block with first_look and seed_cost (a study with budget: "
                             "prices it; rerun the estimate job)")
+    if costs.get("device") != budget.device:  # prices and budget.amount must be in one unit
+        raise ArtifactError(f"estimate.json: priced on {costs.get('device')!r}, but the budget counts {budget.unit}"
+                            f"{f' on {budget.gpu}' if budget.gpu else ''} (device {budget.device!r}): rerun the "
+                            "estimate job, which prices a budgeted study on its budget's device")
     spent = previous.spent + (previous.cost,) if previous is not None else (float(costs["first_look"]),)
     have = list(stage0) + list(previous.runs if previous is not None else ())
     states, ids = claim_states(verdicts)

@@ -42,8 +42,9 @@ MEASURED_STUDIES = Path(__file__).with_name("measured_studies.json")
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("study", help="a study config, e.g. config/cifar10.yaml")
     parser.add_argument("--gpu", default=None, choices=sorted(DEVICES), metavar="DEVICE",
-                        help=f"price on this device ({', '.join(DEVICES)}); default: the study's "
-                             "resources (cuda: gpu_model or h100; cpu: cpu)")
+                        help=f"price on this device ({', '.join(DEVICES)}); default: a budgeted study's budget "
+                             "device (budget.gpu, or cpu for CPU-core-hours), else the study's resources (cuda: "
+                             "gpu_model or h100; cpu: cpu)")
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON instead of a table")
     parser.add_argument("--out", default=None, help="also write the estimate as JSON to this file (atomically; "
                                                     "the study index shows it beside the measured cost)")
@@ -136,16 +137,21 @@ def _calibration(store, machine: str, args):
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: they load torch, and the CLI builds this command's parser
     # for every invocation (``--help`` included)
-    from timestep_lab.config import budget_config
+    from timestep_lab.config import ConfigError, budget_config
     from timestep_lab.cost.estimate.sequential import format_sequential, sequential_cost
     from timestep_lab.cost.estimate.study import load_plan, plan_from_dict
     from timestep_lab.cost.estimate.table import estimate, format_table, to_json
 
     plan = load_plan(args.study, args.snakefile)
-    device = device_for(plan.study["resources"], args.gpu)
+    budget = budget_config(plan.study, plan.source)  # None: the fixed design
+    if budget is not None and args.gpu is None and budget.device not in DEVICES:
+        raise ConfigError(f"{plan.source}: budget.gpu: unknown card {budget.gpu!r}; the estimator prices "
+                          f"{', '.join(d for d in DEVICES if d != 'cpu')}")
+    # A budgeted study is priced in its budget's unit (the stage plans weigh these prices against
+    # budget.amount), whatever device it runs on; --gpu overrides, and the block then says so.
+    device = device_for(plan.study["resources"], args.gpu or (budget.device if budget is not None else None))
     calibration, measured = (None, None) if args.no_calibration else _learn(plan, args, device)
     est = estimate(plan, device, calibration, measured, _profile_retries(Path(args.snakefile).resolve().parent))
-    budget = budget_config(plan.study, plan.source)  # None: the fixed design
     seq = None
     if budget is not None:  # the table prices stage 0; the fixed design it replaces is priced beside it
         fixed = plan_from_dict({k: v for k, v in plan.study.items() if k != "budget"}, plan.source, args.snakefile)

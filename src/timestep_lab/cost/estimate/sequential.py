@@ -233,12 +233,7 @@ def format_sequential(s: SequentialCost, show_left_out: int = 4) -> str:
         names = ", ".join(list(s.left_out)[:show_left_out]) + (", ..." if len(s.left_out) > show_left_out else "")
         lines.append(f"  not priced as claims ({len(s.left_out)}: {names}): their jobs are in the once-paid part")
     lines.append("  assumes: " + assumptions(b))
-    if _budget_device(b) != s.device:
+    if b.device != s.device:  # only with an explicit --gpu: a budgeted study is priced on its budget's device
         lines.append(f"  note: the budget counts {b.unit}{f' on {b.gpu}' if b.gpu else ''}; these figures are "
-                     f"{s.unit}: `estimate --gpu {_budget_device(b)}` prices it in the budget's own unit")
+                     f"{s.unit}: `estimate --gpu {b.device}` prices it in the budget's own unit")
     return "\n".join(lines)
-
-
-def _budget_device(b: BudgetConfig) -> str:
-    """The estimate device the budget's unit is counted on."""
-    return "cpu" if b.unit == "cpu-core-hours" else str(b.gpu)
