@@ -190,8 +190,9 @@ REHEARSAL_ENV = {"TIMESTEP_LAB_SLURM_SIGNAL_S": "0"}
 # Through SLURM every group job pays its own snakemake starts and its warm-start server's imports,
 # and the one-node test cluster runs two group jobs at a time, so the cluster rehearses a smaller
 # study: the test is of the cluster path (submission, groups, resources, retries, every rule kind
-# once), not of the science, which the local rehearsal of config/celebahq.yaml (same groups, full
-# rehearsal grids) runs end to end; the local rehearsal of config/imagenet.yaml is cut the same way.
+# once), not of the science, which the local rehearsals of config/celebahq.yaml (the same cut but for
+# the sampler comparison's baseline, SpeeD, adaptive and CLTS, each claim with two paired seeds) and
+# config/imagenet.yaml (cut the same way) run end to end.
 # Cut: the sampler comparison to the baseline and SpeeD's sampler + weighting (its list entry), the
 # one claim the cluster checks with two paired seeds (speed_faster: CLUSTER_PAIRED; each of the six
 # arms cut cost ~5 jobs, each job ~2.5 s of snakemake start inside its group job, ~90 s of the
@@ -207,16 +208,18 @@ CLUSTER_SLOTS = [3, 9]
 CLUSTER_PAIRED = ("speed_faster",)
 
 
-def trim_rehearsal(config: Path) -> None:
+def trim_rehearsal(config: Path, samplers: list[str] = CLUSTER_SAMPLERS) -> None:
     """The rehearsal config at ``config`` cut to the cluster's study (CLUSTER_*, above; the local
-    imagenet rehearsal is cut the same way: tests/test_paper_rehearsals.py)."""
+    imagenet rehearsal is cut the same way: tests/test_paper_rehearsals.py), the sampler
+    comparison's grid to ``samplers``. A paper config has the same keys: the local celebahq
+    rehearsal cuts config/celebahq.yaml itself before `rehearse` derives its rehearsal."""
     import yaml
 
     cfg = yaml.safe_load(config.read_text())
     groups = cfg["groups"]
     grid = groups["sampler_comparison"]["grid"]
-    assert set(CLUSTER_SAMPLERS) < set(grid["sampler"]), grid  # a cut, never an arm of its own
-    grid["sampler"] = list(CLUSTER_SAMPLERS)
+    assert set(samplers) < set(grid["sampler"]), grid  # a cut, never an arm of its own
+    grid["sampler"] = list(samplers)
     assert all(e in groups["sampler_comparison"]["list"] for e in CLUSTER_LIST), groups["sampler_comparison"]
     groups["sampler_comparison"]["list"] = [dict(e) for e in CLUSTER_LIST]
     for key, values in CLUSTER_SCHEDULES.items():
