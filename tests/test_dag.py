@@ -56,6 +56,14 @@ def test_interference_control_and_verdicts_are_planned(plan):
     assert "python -m timestep_lab verdicts --metrics-csv=results/smoke/metrics.csv --runs=results/smoke/runs.csv" in verdicts
 
 
+def test_the_dag_builds_without_an_input_function_failing(plan):
+    """The optimal denoiser's profile shares the profiles' folder with every run's: profile_losses' run
+    wildcard is limited to the study's runs, so Snakemake never tries it on run=optimal (it printed four
+    `InputFunctionException ... KeyError: 'optimal'` blocks at every DAG build of every study)."""
+    assert "InputFunctionException" not in plan and "KeyError" not in plan, plan[:3000]
+    assert "output: results/smoke/analyses/profiles/optimal.json" in "".join(_jobs(plan, "optimal_profile"))
+
+
 def test_single_seed_matrix_uses_the_reference_seed_only(plan):
     (job,) = _jobs(plan, "interference")
     assert "--finetuned 3=results/smoke/analyses/profiles/finetune_slot3.json " \

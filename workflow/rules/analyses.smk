@@ -20,6 +20,10 @@ rule profile_losses:
         f"{LOGS}/profile_losses/{{run}}.log",
     benchmark:
         f"{BENCH}/profile_losses/{{run}}.tsv",
+    wildcard_constraints:
+        # a run of the study: never `optimal`, whose profile (optimal_profile) shares the folder; without
+        # it Snakemake tries this rule's input functions on run=optimal and prints their KeyError
+        run="|".join(re.escape(r) for r in sorted(ALL_RUNS, key=len, reverse=True)),
     threads: config["resources"]["threads"]
     resources:
         **gpu_resources(),

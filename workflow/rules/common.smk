@@ -4,6 +4,7 @@
 import glob
 import json
 import os
+import re
 import sys
 
 from snakemake.utils import validate
