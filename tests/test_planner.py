@@ -100,3 +100,19 @@ def test_the_envelope_asks_for_more_seeds():
     slow = claim("b", "A", mean=1.5, sd=1.0)
     assert plan_stage([slow], StageBudget(100.0, PRICES)).stop is None
     assert plan_stage([slow], StageBudget(100.0, PRICES, horizon=10)).stop == UNREACHABLE
+
+
+def test_below_the_first_resolvable_seeds_the_larger_standardised_effect_goes_first():
+    """At 3 seeds no mean resolves at Holm's first level (the detectable effect is infinite for every
+    claim, as after a study's first look): the claims are compared at the first seeds where one can,
+    so the larger effect per SD is served first even when it is the dearer, not the cheaper one."""
+    level = 0.05 / 2
+    assert resolvable_effect(1.0, 3, level) == math.inf and math.isfinite(resolvable_effect(1.0, 4, level))
+    prices = {"A": 1.0, "B": 5.0, "base": 1.0}
+    small, large = claim("a_small", "A", n=3, mean=3.0, sd=1.0), claim("b_large", "B", n=3, mean=6.0, sd=1.0)
+    roomy = plan_stage([small, large], StageBudget(1000.0, prices))
+    assert roomy.claims == ("b_large", "a_small")
+    assert roomy.needs["b_large"].chance == 2 * roomy.needs["a_small"].chance > 0
+    assert roomy.needs["b_large"].cost > roomy.needs["a_small"].cost  # the prices alone would order them the other way
+    tight = plan_stage([small, large], StageBudget(roomy.needs["b_large"].cost, prices))
+    assert tight.claims == ("b_large",) and "better chance" in tight.needs["a_small"].why

@@ -14,7 +14,9 @@ with the estimator) and returns a :class:`Stage`. Rules, in order:
    difference) at its SD and at Holm's first level over the open claims (``alpha / open``). A claim
    that would need more than ``max_seeds`` is unresolvable.
 4. Claims are served best chance first: the largest ratio of the effect to the detectable
-   (resolvable) effect at the current seeds, ties to the cheaper. A claim is served only when
+   (resolvable) effect at the current seeds (below the seeds at which any mean resolves, where
+   that effect is infinite for every claim, at those seeds: the standardised effects then decide),
+   ties to the cheaper. A claim is served only when
    *all* it still needs (to its seed target, or its extension) fits in what is left after all
    the claims served before it will need (a future seed two of them share is counted for each:
    conservative): no budget is spent on a claim that cannot finish. A stage advances a seed
@@ -32,7 +34,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from timestep_lab.evidence.sequential import ALPHA, PRIOR_SD, resolvable_effect, seeds_to_resolve
+import numpy as np
+
+from timestep_lab.evidence.sequential import ALPHA, PRIOR_SD, cs_multiplier, resolvable_effect, seeds_to_resolve
 
 __all__ = ["ALL_RESOLVED", "BUDGET", "UNREACHABLE", "STOP_REASONS", "ClaimState", "StageBudget", "ClaimNeed", "Stage",
            "plan_stage"]
@@ -119,11 +123,23 @@ def _arm_seeds(claims: Sequence[ClaimState], budget: StageBudget) -> dict[str, i
     return {**have, **{a: int(k) for a, k in budget.arm_seeds.items()}}
 
 
+def _first_resolvable(level: float, budget: StageBudget, max_n: int = 64) -> int:
+    """The fewest seeds at which some mean difference resolves at ``level`` (``c_n`` finite;
+    ``max_n + 1`` when none up to ``max_n`` does)."""
+    n = np.arange(2, max_n + 1)
+    ok = np.isfinite(cs_multiplier(n, level, budget.prior_sd, budget.horizon))
+    return int(n[np.argmax(ok)]) if ok.any() else max_n + 1
+
+
 def _need(c: ClaimState, budget: StageBudget, level: float, have: Mapping[str, int]) -> ClaimNeed:
     """The claim's need alone, priced at today's seeds (rules 2-4)."""
     effect = c.effect if math.isfinite(c.effect) else c.mean
     detectable = c.detectable if math.isfinite(c.detectable) else \
         resolvable_effect(c.sd, c.n, level, budget.prior_sd, budget.horizon)
+    if detectable == math.inf:  # below the seeds at which any mean resolves (a study's first looks): every
+        # claim's chance would be 0 and the order the prices'; compare them there instead, at a common n
+        detectable = resolvable_effect(c.sd, max(c.n, _first_resolvable(level, budget)), level, budget.prior_sd,
+                                       budget.horizon)
     chance = abs(effect) / detectable if math.isfinite(effect) and math.isfinite(detectable) and detectable > 0 else 0.0
     if c.not_judged:
         if not all(a in budget.extend_cost for a in c.arms):
