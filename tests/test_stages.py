@@ -168,9 +168,11 @@ def test_the_index_says_what_was_spent_what_each_open_claim_needs_and_why_it_sto
     p2 = StagePlan(2, ("a_s2",), (), (1.0, 0.5), "CPU-core-hours", 2.0, 0.0, "budget", (), (),
                    {"c": {"seeds": 5, "extend": False, "cost": 0.75, "chance": 1.2, "served": False,
                           "why": "needs 0.75 more, 0.5 left"},
-                    "done": {"seeds": 3, "cost": 0.1, "served": False, "why": ""}})
+                    "done": {"seeds": 3, "cost": 0.1, "served": False, "why": ""},
+                    "far": {"seeds": None, "cost": None, "served": False, "why": "more than 6 seeds at this SD"}})
     verdicts = {"family": {"sequential": {"reference": "Ville's bound"}},
-                "claims": [{"id": "c", "verdict": "inconclusive"}, {"id": "done", "verdict": "reproduced"}]}
+                "claims": [{"id": "c", "verdict": "inconclusive"}, {"id": "done", "verdict": "reproduced"},
+                           {"id": "far", "verdict": "inconclusive"}]}
     lines = stage_lines([p1, p2], verdicts)
     text = "\n".join(lines)
     assert "anytime-valid" in lines[0] and "Ville's bound" in lines[0] and "2 stage(s)" in lines[0]
@@ -178,7 +180,8 @@ def test_the_index_says_what_was_spent_what_each_open_claim_needs_and_why_it_sto
     assert "Stage 1 added 1 run(s) for 1 open comparison(s): a_s2." in text
     assert "Stopped after stage 1: the budget is spent" in text
     assert "Still open: c (inconclusive) would need 5 paired seeds, 0.75 CPU-core-hours more (needs 0.75 more" in text
-    assert "done" not in text.split("Still open")[-1] and stage_lines([], verdicts) == []
+    assert "Still open: far (inconclusive) cannot resolve here: more than 6 seeds at this SD." in text
+    assert "done" not in "".join(text.split("Still open")[1:]) and stage_lines([], verdicts) == []
     assert math.isclose(sum(p2.spent), 1.5)
 
 

@@ -29,10 +29,11 @@ def read_stage_plans(paths: Sequence[str]) -> list[StagePlan]:
 
 
 def _need_text(need: Mapping[str, Any], unit: str) -> str:
+    """What an open claim still needs, as the end of the sentence "Still open: <claim> (<verdict>) ..."."""
     if need.get("seeds") is not None and need.get("cost") is not None:
-        text = f"{need['seeds']} paired seeds, {need['cost']:.3g} {unit} more"
+        text = f"would need {need['seeds']} paired seeds, {need['cost']:.3g} {unit} more"
         return text + ("" if need.get("served") or not need.get("why") else f" ({need['why']})")
-    return f"cannot resolve: {need.get('why') or 'no seed target'}"
+    return f"cannot resolve here: {need.get('why') or 'no seed target'}"
 
 
 def stage_lines(plans: Sequence[StagePlan], verdicts: Mapping[str, Any]) -> list[str]:
@@ -57,5 +58,5 @@ def stage_lines(plans: Sequence[StagePlan], verdicts: Mapping[str, Any]) -> list
     for cid, need in last.needs.items():
         if verdict_of.get(cid) in ("reproduced", "contradicted"):
             continue
-        lines.append(f"Still open: {cid} ({verdict_of.get(cid, 'not judged')}) would need {_need_text(need, last.unit)}.")
+        lines.append(f"Still open: {cid} ({verdict_of.get(cid, 'not judged')}) {_need_text(need, last.unit)}.")
     return lines
