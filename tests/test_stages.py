@@ -203,3 +203,29 @@ def test_the_estimate_prices_a_budgeted_study_on_stage_zeros_run_table():
     assert seeds(fixed, "uniform_none_mixed_b64_linear") == [0] and seeds(staged, "uniform_none_mixed_b64_linear") == [0, 1, 2]
     assert seeds(staged, "speed_speed_eps_b64_linear") == [0, 1, 2]  # listed [0, 1], then the next
     assert len(staged[staged["groups"] == "consistency"]) == len(fixed[fixed["groups"] == "consistency"])  # not staged
+
+
+def test_a_comparison_is_held_back_only_when_every_claim_on_it_is_not_judged():
+    """Two claims on one comparison, one on the converged model ("not judged at this length") and one
+    on early training (inconclusive, a large effect), in either order: the comparison gets the next
+    seeds for the early claim, and the converged one's need says it needs longer runs; once the early
+    claim is resolved nothing is planned, and the study does not stop as "all resolved"."""
+    s = sequential([-5.0, -5.4])
+
+    def rows(first_verdict, second_verdict):
+        row = {"kind": "fid", "test": TEST, "arm": A, "baseline": B, "n": 2, "diff": s.diff, "sd": s.sd,
+               "detectable": s.detectable}
+        conv = {**row, "id": "converged", "verdict": first_verdict}
+        early = {**row, "id": "early", "verdict": second_verdict}
+        return conv, early
+
+    for order in (1, -1):
+        plan = _plan({"claims": list(rows("not judged at this length", "inconclusive"))[::order]})
+        assert plan.stop is None and plan.new_runs == (f"{A}_s2", f"{B}_s2")
+        assert plan.needs["early"]["served"] and not plan.needs["converged"]["served"]
+        assert "not judged at this length" in plan.needs["converged"]["why"] and plan.needs["converged"]["extend"]
+    done = _plan({"claims": list(rows("not judged at this length", "reproduced"))})
+    assert done.stop == "no claim can resolve within the budget" and done.new_runs == ()
+    assert "not judged at this length" in done.needs["converged"]["why"]
+    both = _plan({"claims": list(rows("not judged at this length", "not judged at this length"))})
+    assert both.new_runs == () and both.needs["early"]["extend"]

@@ -15,7 +15,8 @@ and returns the :class:`~timestep_lab.workflow.stages.StagePlan` of stage ``k + 
 (:func:`timestep_lab.evidence.planner.plan_stage`) seeds turned into run ids, what each stage cost,
 every open claim's need and, when nothing more is planned, why. One claim per distinct comparison
 enters the planner (two claims on one comparison are one test of the family); each claim id reads
-its comparison's need. Longer training is not staged by the workflow (§14.5): a claim "not judged
+its comparison's need, except a claim the regime check holds back, which needs longer runs
+(:func:`claim_states`). Longer training is not staged by the workflow (§14.5): a claim "not judged
 at this length" needs what the planner says of a run at its longest.
 """
 
@@ -34,6 +35,8 @@ from timestep_lab.workflow.stages import MAX_STAGES, StagePlan, next_runs
 
 __all__ = ["claim_states", "plan_next"]
 
+_LONGER = "not judged at this length, and the workflow does not train runs longer yet (docs/methods.md §14.5)"
+
 
 def _num(x: Any) -> float:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else math.nan
@@ -41,19 +44,24 @@ def _num(x: Any) -> float:
 
 def claim_states(verdicts: Mapping[str, Any]) -> tuple[list[ClaimState], dict[str, list[str]]]:
     """One :class:`ClaimState` per distinct FID comparison of ``verdicts`` that has run, and
-    ``{comparison: [claim ids]}``."""
-    states: dict[str, ClaimState] = {}
-    ids: dict[str, list[str]] = {}
+    ``{comparison: [claim ids]}``. Two claims on one comparison share its seeds and its test but
+    not always its regime (a claim on the converged model and one on early training): the
+    comparison is held back by the regime check ("not judged at this length") only when every claim
+    on it is, and resolved only when every claim judged on it is, whatever order they come in."""
+    rows: dict[str, list[Mapping[str, Any]]] = {}
     for r in verdicts.get("claims") or []:
         if r.get("kind") != "fid" or not r.get("test") or r.get("verdict") == "not run":
             continue
-        ids.setdefault(r["test"], []).append(r["id"])
-        if r["test"] in states:
-            continue
-        states[r["test"]] = ClaimState(r["test"], (r["arm"], r["baseline"]), int(r.get("n") or 0),
-                                       resolved=r.get("verdict") in FINDINGS, not_judged=r.get("verdict") == NOT_JUDGED,
-                                       mean=_num(r.get("diff")), sd=_num(r.get("sd")), detectable=_num(r.get("detectable")))
-    return list(states.values()), ids
+        rows.setdefault(r["test"], []).append(r)
+    states: list[ClaimState] = []
+    for test, rs in rows.items():
+        judged = [r for r in rs if r.get("verdict") != NOT_JUDGED]
+        r = (judged or rs)[0]
+        states.append(ClaimState(test, (r["arm"], r["baseline"]), int(r.get("n") or 0),
+                                 resolved=bool(judged) and all(x.get("verdict") in FINDINGS for x in judged),
+                                 not_judged=not judged, mean=_num(r.get("diff")), sd=_num(r.get("sd")),
+                                 detectable=_num(r.get("detectable"))))
+    return states, {test: [r["id"] for r in rs] for test, rs in rows.items()}
 
 
 def _need_dict(need: Any) -> dict[str, Any]:
@@ -87,17 +95,22 @@ def plan_next(verdicts: Mapping[str, Any], costs: Mapping[str, Any], budget: Bud
                      horizon=budget.max_seeds if budget.calibration == "skew_envelope" else None)
     stage = plan_stage(plannable, sb)
     needs: dict[str, dict[str, Any]] = {}
+    longer = {"seeds": None, "extend": True, "cost": None, "chance": None, "served": False, "why": _LONGER}
+    verdict_of = {r.get("id"): r.get("verdict") for r in verdicts.get("claims") or []}
     for test, need in stage.needs.items():
         d = _need_dict(need)
         if need.extend:
-            d["why"] = "not judged at this length, and the workflow does not train runs longer yet (docs/methods.md §14.5)"
-        for cid in ids[test]:
-            needs[cid] = d
+            d["why"] = _LONGER
+        for cid in ids[test]:  # a claim the regime check holds back needs longer runs, whatever its comparison gets
+            needs[cid] = dict(longer) if verdict_of.get(cid) == NOT_JUDGED else d
     for test, why in left_out.items():
         for cid in ids[test]:
             needs[cid] = {"seeds": None, "extend": False, "cost": None, "chance": None, "served": False, "why": why}
+    held_back = [cid for cids in ids.values() for cid in cids if verdict_of.get(cid) == NOT_JUDGED]
+    for cid in held_back:  # on a comparison resolved for its other claims: the planner gave it nothing
+        needs.setdefault(cid, dict(longer))
     stop = stage.stop
-    if stop == ALL_RESOLVED and any(not c.resolved for c in states):  # open claims, none the planner may serve
+    if stop == ALL_RESOLVED and (any(not c.resolved for c in states) or held_back):  # open claims, none servable
         stop = UNREACHABLE
     new = next_runs(arms, have, stage.seeds) if stop is None else []
     if stop is None and not new:  # served claims whose next seeds are already planned: nothing to run
