@@ -336,3 +336,27 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
+        self._kill_strays()
+
+    def _kill_strays(self) -> list[int]:
+        """SIGKILL every process a job of this cluster started that outlived it (returns their pids).
+        Without cgroups (``proctrack/linuxproc``) slurmd finds a job's processes by parentage, so a
+        process reparented to init escapes a cancel: the scancel test's cancelled step left its
+        ``snakemake`` job-step process running after the session (found idle an hour later)."""
+        mine = {os.getpid(), os.getppid()}
+        killed = []
+        for proc_dir in Path("/proc").iterdir():
+            if not proc_dir.name.isdigit() or int(proc_dir.name) in mine:
+                continue
+            try:
+                env = dict(v.split("=", 1) for v in (proc_dir / "environ").read_bytes().decode(errors="replace")
+                           .split("\0") if "=" in v)
+            except OSError:  # gone, or not ours to read
+                continue
+            if env.get("SLURM_CONF") == str(self.conf) and "SLURM_JOB_ID" in env:
+                try:
+                    os.kill(int(proc_dir.name), signal.SIGKILL)
+                    killed.append(int(proc_dir.name))
+                except OSError:
+                    pass
+        return killed
