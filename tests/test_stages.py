@@ -114,6 +114,7 @@ def test_every_stop_reason():
     assert "more than 6 seeds" in noisy.needs["speed_sampling_alone"]["why"] and noisy.needs["speed_sampling_alone"]["cost"] is None
     last = _plan(_verdicts([-5.0, -5.4]), max_stages=1)
     assert last.stop == MAX_STAGES and last.new_runs == () and last.needs["speed_sampling_alone"]["seeds"] >= 3
+    assert not last.needs["speed_sampling_alone"]["served"]  # the planner would serve it; the stop runs nothing
 
 
 def test_a_claim_not_judged_at_its_length_cannot_ask_for_longer_runs_yet():

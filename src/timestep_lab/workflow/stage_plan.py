@@ -117,7 +117,8 @@ def plan_next(verdicts: Mapping[str, Any], costs: Mapping[str, Any], budget: Bud
         stop = UNREACHABLE
     if stop is None and judged_stage + 1 >= budget.max_stages:
         stop = MAX_STAGES
-    if stop is not None:
+    if stop is not None:  # nothing runs: no claim is served, whatever the planner would have given it
+        needs = {cid: {**d, "served": False} for cid, d in needs.items()}
         return StagePlan(judged_stage + 1, tuple(have[len(stage0):]), (), spent, str(costs.get("unit", "")),
                          budget.amount, 0.0, stop, (), (), needs)
     return StagePlan(judged_stage + 1, tuple(have[len(stage0):]) + tuple(new), tuple(new), spent,
