@@ -95,20 +95,18 @@ def plan_next(verdicts: Mapping[str, Any], costs: Mapping[str, Any], budget: Bud
                      horizon=budget.max_seeds if budget.calibration == "skew_envelope" else None)
     stage = plan_stage(plannable, sb)
     needs: dict[str, dict[str, Any]] = {}
-    longer = {"seeds": None, "extend": True, "cost": None, "chance": None, "served": False, "why": _LONGER}
-    verdict_of = {r.get("id"): r.get("verdict") for r in verdicts.get("claims") or []}
     for test, need in stage.needs.items():
-        d = _need_dict(need)
-        if need.extend:
-            d["why"] = _LONGER
-        for cid in ids[test]:  # a claim the regime check holds back needs longer runs, whatever its comparison gets
-            needs[cid] = dict(longer) if verdict_of.get(cid) == NOT_JUDGED else d
+        for cid in ids[test]:
+            needs[cid] = _need_dict(need)
+    # a claim the regime check holds back needs longer runs, whatever its comparison gets (seeds for a
+    # sibling on early training, or nothing when the siblings are resolved)
+    verdict_of = {r.get("id"): r.get("verdict") for r in verdicts.get("claims") or []}
+    held_back = [cid for cids in ids.values() for cid in cids if verdict_of.get(cid) == NOT_JUDGED]
+    for cid in held_back:
+        needs[cid] = {"seeds": None, "extend": True, "cost": None, "chance": None, "served": False, "why": _LONGER}
     for test, why in left_out.items():
         for cid in ids[test]:
             needs[cid] = {"seeds": None, "extend": False, "cost": None, "chance": None, "served": False, "why": why}
-    held_back = [cid for cids in ids.values() for cid in cids if verdict_of.get(cid) == NOT_JUDGED]
-    for cid in held_back:  # on a comparison resolved for its other claims: the planner gave it nothing
-        needs.setdefault(cid, dict(longer))
     stop = stage.stop
     if stop == ALL_RESOLVED and (any(not c.resolved for c in states) or held_back):  # open claims, none servable
         stop = UNREACHABLE
